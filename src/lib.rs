@@ -1,0 +1,1 @@
+//! Valkey operator library.
