@@ -1,1 +1,15 @@
-//! Valkey operator library.
+//! The Valkey operator: admission webhooks over the fleet's configuration, and the machinery to
+//! roll Valkey clusters one shard at a time. `main.rs` is a thin shell over [`cli`].
+
+pub mod admission;
+pub mod api;
+pub mod caches;
+pub mod certs;
+pub mod cli;
+pub mod fleet;
+pub mod metrics;
+pub mod resolve;
+pub mod server;
+pub mod settings;
+pub mod tls;
+pub mod webhook_config;

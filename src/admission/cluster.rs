@@ -1,0 +1,90 @@
+//! ValkeyCluster admission: its `configRef` must resolve at or above the Valkey 9 floor; a
+//! `configRef` switch that changes the image warns of the roll; reserved pod annotations and TLS
+//! changes are refused (the CRD's own rules say the same, this gives the reason too).
+
+use std::collections::BTreeSet;
+
+use kube::core::admission::Operation;
+
+use super::impact::{config_ref_image_change, judge_config_ref_switch};
+use super::version::check_floor;
+use super::{Review, Verdict, clip};
+use crate::api::{RESERVED_PREFIX, ValkeyCluster};
+use crate::fleet::Fleet;
+use crate::resolve::{self, ResolveError};
+
+pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet) -> Verdict {
+    let mut verdict = Verdict::default();
+    if !matches!(review.operation, Operation::Create | Operation::Update) {
+        return verdict;
+    }
+    let Some(cluster) = review.object else {
+        verdict.deny("the request carries no ValkeyCluster object");
+        return verdict;
+    };
+    let spec = &cluster.spec;
+
+    let reserved: Vec<&String> = spec
+        .pod_annotations
+        .keys()
+        .filter(|k| k.starts_with(RESERVED_PREFIX))
+        .collect();
+    if !reserved.is_empty() {
+        verdict.deny(format!(
+            "spec.podAnnotations: keys under {RESERVED_PREFIX} are reserved for the operator ({reserved:?}); use another prefix"
+        ));
+    }
+    if let Some(old) = review.old
+        && old.spec.tls != spec.tls
+    {
+        verdict.deny(
+            "spec.tls is set at creation only and cannot be added, changed or removed; create a new ValkeyCluster to change TLS",
+        );
+    }
+    let mut usernames = BTreeSet::new();
+    for user in &spec.acl {
+        if !usernames.insert(user.username.as_str()) {
+            verdict.deny(format!(
+                "spec.acl: user {:?} is listed twice; give each user one entry",
+                user.username
+            ));
+        }
+    }
+
+    match resolve::resolve(&spec.config_ref, fleet) {
+        Ok(effective) => {
+            if let Err(problem) = check_floor(&effective.image.spec.version) {
+                verdict.deny(format!(
+                    "spec.configRef: ValkeyConfig {} resolves to image {} whose version {problem}",
+                    spec.config_ref, effective.image.name
+                ));
+            }
+        }
+        Err(error) if error.is_missing_object() => verdict.warn(clip(format!(
+            "spec.configRef: {error}; the cluster waits until it exists."
+        ))),
+        Err(error @ (ResolveError::Cycle { .. } | ResolveError::TooDeep { .. } | ResolveError::NoImage { .. })) => {
+            verdict.deny(format!(
+                "spec.configRef: ValkeyConfig {} does not resolve: {error}; fix that config or pick another",
+                spec.config_ref
+            ))
+        }
+        Err(error) => verdict.deny(format!("spec.configRef: {error}")),
+    }
+
+    if let Some(old) = review.old
+        && old.spec.config_ref != spec.config_ref
+        && verdict.allowed()
+        && let Some((from, to)) =
+            config_ref_image_change(fleet, &old.spec.config_ref, &spec.config_ref)
+    {
+        judge_config_ref_switch(
+            &old.spec.config_ref,
+            &spec.config_ref,
+            &from,
+            &to,
+            &mut verdict,
+        );
+    }
+    verdict
+}

@@ -1,0 +1,226 @@
+//! ValkeyConfig admission: operator-owned settings, `baseRef` cycles and depth, the version
+//! floor of the effective image (of this config and of every config inheriting from it), the
+//! fleet-wide roll warning, and no deletion while something uses the config.
+
+use kube::ResourceExt;
+use kube::core::admission::Operation;
+
+use super::impact::{config_image_change, judge_config_change};
+use super::version::check_floor;
+use super::{Policy, Review, Verdict, clip, plural, some_of};
+use crate::api::{ValkeyConfig, annotations};
+use crate::fleet::Fleet;
+use crate::resolve::{self, ResolveError, WithConfig};
+
+/// Valkey settings the operator sets itself on every node; a config may not override them.
+const OWNED_SETTINGS: &[&str] = &[
+    "port",
+    "bind",
+    "dir",
+    "daemonize",
+    "supervised",
+    "pidfile",
+    "logfile",
+    "include",
+    "protected-mode",
+    "cluster-enabled",
+    "cluster-config-file",
+    "cluster-port",
+    "replicaof",
+    "slaveof",
+    "masterauth",
+    "masteruser",
+    "requirepass",
+    "aclfile",
+    "unixsocket",
+    "unixsocketperm",
+];
+
+/// Prefixes of operator-owned settings (the node's announced address, TLS).
+const OWNED_PREFIXES: &[&str] = &["cluster-announce-", "tls-"];
+
+fn is_owned(setting: &str) -> bool {
+    let setting = setting.to_ascii_lowercase();
+    OWNED_SETTINGS.contains(&setting.as_str())
+        || OWNED_PREFIXES.iter().any(|p| setting.starts_with(p))
+}
+
+fn is_setting_name(setting: &str) -> bool {
+    !setting.is_empty()
+        && setting
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+pub fn validate_config(review: &Review<ValkeyConfig>, fleet: &Fleet, policy: &Policy) -> Verdict {
+    let mut verdict = Verdict::default();
+    match review.operation {
+        Operation::Create | Operation::Update => match review.object {
+            Some(config) => validate_spec(review, config, fleet, policy, &mut verdict),
+            None => verdict.deny("the request carries no ValkeyConfig object"),
+        },
+        Operation::Delete => validate_delete(review.name, fleet, &mut verdict),
+        Operation::Connect => {}
+    }
+    verdict
+}
+
+fn validate_spec(
+    review: &Review<ValkeyConfig>,
+    config: &ValkeyConfig,
+    fleet: &Fleet,
+    policy: &Policy,
+    verdict: &mut Verdict,
+) {
+    let name = review.name;
+    let spec = &config.spec;
+
+    let owned: Vec<&str> = spec
+        .valkey
+        .keys()
+        .map(String::as_str)
+        .filter(|k| is_owned(k))
+        .collect();
+    if !owned.is_empty() {
+        verdict.deny(format!(
+            "spec.valkey: {} set by the operator on every node and cannot be configured; remove {}",
+            if owned.len() == 1 {
+                format!("{} is", owned[0])
+            } else {
+                format!("{} are", owned.join(", "))
+            },
+            if owned.len() == 1 { "it" } else { "them" },
+        ));
+    }
+    let malformed: Vec<&str> = spec
+        .valkey
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !is_setting_name(k))
+        .collect();
+    if !malformed.is_empty() {
+        verdict.deny(format!(
+            "spec.valkey: {:?} {} not Valkey setting names; use lowercase names like maxmemory-policy",
+            malformed,
+            if malformed.len() == 1 { "is" } else { "are" }
+        ));
+    }
+
+    // Resolve this config and every config inheriting from it as if the change were stored.
+    let candidate = WithConfig {
+        inner: fleet,
+        name,
+        spec: Some(spec),
+    };
+    for (i, dependent) in fleet.config_and_descendants(name).iter().enumerate() {
+        let subject = if i == 0 {
+            String::new()
+        } else {
+            format!("ValkeyConfig {dependent}, which inherits from {name}: ")
+        };
+        match resolve::resolve(dependent, &candidate) {
+            Ok(effective) => {
+                if let Err(problem) = check_floor(&effective.image.spec.version) {
+                    verdict.deny(format!(
+                        "spec.imageRef: {subject}the effective image {} (chain {}) has version {problem}",
+                        effective.image.name, effective.chain
+                    ));
+                }
+            }
+            Err(error @ ResolveError::MissingConfig { .. }) if i == 0 => verdict.warn(clip(format!(
+                "spec.baseRef: {error}; this config takes effect once it is created."
+            ))),
+            Err(error @ ResolveError::MissingImage { .. }) if i == 0 => verdict.warn(clip(format!(
+                "spec.imageRef: {error}; clusters on this config wait until it is created."
+            ))),
+            Err(error) if error.is_missing_object() => {}
+            Err(error @ (ResolveError::Cycle { .. } | ResolveError::TooDeep { .. })) => verdict
+                .deny(format!(
+                    "spec.baseRef: {subject}{error}; point baseRef at a config whose chain ends within {} configs and never returns to {name}",
+                    resolve::MAX_CHAIN_DEPTH
+                )),
+            Err(error) => verdict.deny(format!(
+                "spec.imageRef: {subject}{error}; set spec.imageRef here or in a base config"
+            )),
+        }
+        if !verdict.allowed() {
+            return;
+        }
+    }
+
+    match review.operation {
+        Operation::Update => {
+            if let Some(change) = config_image_change(fleet, name, Some(spec)) {
+                let acknowledgement = config
+                    .annotations()
+                    .get(annotations::ACKNOWLEDGE_FLEET_ROLL)
+                    .map(String::as_str);
+                judge_config_change(&change, name, acknowledgement, policy, verdict);
+            }
+        }
+        Operation::Create => {
+            let waiting = fleet.clusters_resolving_through(name);
+            if !waiting.is_empty() {
+                verdict.warn(clip(format!(
+                    "{} already {} this config and will start now: {}.",
+                    plural(waiting.len(), "ValkeyCluster"),
+                    if waiting.len() == 1 {
+                        "references"
+                    } else {
+                        "reference"
+                    },
+                    some_of(&waiting, 3)
+                )));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn validate_delete(name: &str, fleet: &Fleet, verdict: &mut Verdict) {
+    let clusters: Vec<_> = fleet.clusters_using(name).collect();
+    let configs: Vec<_> = fleet.configs_based_on(name).collect();
+    let mut users = Vec::new();
+    if !clusters.is_empty() {
+        users.push(format!(
+            "{} ({}) through spec.configRef",
+            plural(clusters.len(), "ValkeyCluster"),
+            some_of(&clusters, 5)
+        ));
+    }
+    if !configs.is_empty() {
+        users.push(format!(
+            "{} ({}) through spec.baseRef",
+            plural(configs.len(), "ValkeyConfig"),
+            some_of(&configs, 5)
+        ));
+    }
+    if !users.is_empty() {
+        verdict.deny(format!(
+            "ValkeyConfig {name} cannot be deleted while it is used by {}; move them to another config first",
+            users.join(" and ")
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_settings_are_recognised() {
+        for owned in [
+            "port",
+            "bind",
+            "cluster-announce-ip",
+            "tls-port",
+            "Daemonize",
+            "aclfile",
+        ] {
+            assert!(is_owned(owned), "{owned}");
+        }
+        for free in ["maxmemory", "maxmemory-policy", "hz", "appendonly"] {
+            assert!(!is_owned(free), "{free}");
+        }
+    }
+}

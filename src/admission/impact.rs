@@ -1,0 +1,164 @@
+//! Fleet impact: which clusters a change of a config's effective image rolls, and the warnings
+//! (or, above the operator's threshold, the refusal) that tell the user before it happens.
+
+use semver::Version;
+
+use super::{Policy, Verdict, clip, plural, some_of};
+use crate::api::{ValkeyConfigSpec, annotations};
+use crate::fleet::{ClusterKey, Fleet};
+use crate::resolve::{self, Catalog, ResolvedImage, WithConfig};
+
+/// How many cluster names a warning shows before "and N more".
+const NAMES_SHOWN: usize = 3;
+
+/// The image clusters move between, and which clusters move.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageChange {
+    pub from: ResolvedImage,
+    pub to: ResolvedImage,
+    /// Sorted.
+    pub clusters: Vec<ClusterKey>,
+}
+
+/// Whether moving between two images lowers the engine version.
+pub fn is_downgrade(from: &ResolvedImage, to: &ResolvedImage) -> bool {
+    match (
+        Version::parse(&from.spec.version),
+        Version::parse(&to.spec.version),
+    ) {
+        (Ok(from), Ok(to)) => to < from,
+        _ => false,
+    }
+}
+
+/// Whether two resolved images run different pods (a different image or engine version).
+fn rolls(from: &ResolvedImage, to: &ResolvedImage) -> bool {
+    from.spec.reference() != to.spec.reference() || from.spec.version != to.spec.version
+}
+
+fn effective_image(name: &str, catalog: &impl Catalog) -> Option<ResolvedImage> {
+    resolve::resolve(name, catalog).ok().map(|e| e.image)
+}
+
+/// The clusters whose image changes if config `name` takes `new_spec` (`None`: is deleted):
+/// its own clusters and those of every config that inherits from it without overriding the image.
+pub fn config_image_change(
+    fleet: &Fleet,
+    name: &str,
+    new_spec: Option<&ValkeyConfigSpec>,
+) -> Option<ImageChange> {
+    let candidate = WithConfig {
+        inner: fleet,
+        name,
+        spec: new_spec,
+    };
+    let mut change: Option<ImageChange> = None;
+    for config in fleet.config_and_descendants(name) {
+        let (Some(from), Some(to)) = (
+            effective_image(&config, fleet),
+            effective_image(&config, &candidate),
+        ) else {
+            continue;
+        };
+        if !rolls(&from, &to) {
+            continue;
+        }
+        let entry = change.get_or_insert_with(|| ImageChange {
+            from,
+            to,
+            clusters: Vec::new(),
+        });
+        entry
+            .clusters
+            .extend(fleet.clusters_using(&config).cloned());
+    }
+    let mut change = change?;
+    if change.clusters.is_empty() {
+        return None;
+    }
+    change.clusters.sort();
+    Some(change)
+}
+
+/// The image change of one cluster switching `configRef` from `old_ref` to `new_ref`.
+pub fn config_ref_image_change(
+    fleet: &Fleet,
+    old_ref: &str,
+    new_ref: &str,
+) -> Option<(ResolvedImage, ResolvedImage)> {
+    let from = effective_image(old_ref, fleet)?;
+    let to = effective_image(new_ref, fleet)?;
+    rolls(&from, &to).then_some((from, to))
+}
+
+fn describe(image: &ResolvedImage) -> String {
+    format!("{} ({})", image.name, image.spec.reference())
+}
+
+fn downgrade_warning(from: &ResolvedImage, to: &ResolvedImage) -> String {
+    clip(format!(
+        "This is a downgrade ({} → {}): downgrades are not routinely exercised. Stage it: try it on a non-critical cluster first.",
+        from.spec.version, to.spec.version
+    ))
+}
+
+/// Warns (or refuses, past the policy's threshold without acknowledgement) a config change that
+/// rolls clusters.
+pub fn judge_config_change(
+    change: &ImageChange,
+    config_name: &str,
+    acknowledgement: Option<&str>,
+    policy: &Policy,
+    verdict: &mut Verdict,
+) {
+    let count = change.clusters.len();
+    let clusters = plural(count, "ValkeyCluster");
+    if let Some(threshold) = policy.fleet_roll_ack_threshold
+        && count > threshold
+        && acknowledgement != Some(change.to.name.as_str())
+    {
+        verdict.deny(format!(
+            "spec.imageRef: this change rolls {clusters} at once ({}), more than the operator's fleetRollAckThreshold of {threshold}. \
+             Stage it instead (duplicate ValkeyConfig {config_name} under a new name on image {} and move clusters by spec.configRef), \
+             or acknowledge the fleet-wide roll by setting the annotation {}: \"{}\" in the same change",
+            some_of(&change.clusters, NAMES_SHOWN),
+            change.to.name,
+            annotations::ACKNOWLEDGE_FLEET_ROLL,
+            change.to.name,
+        ));
+        return;
+    }
+    verdict.warn(clip(format!(
+        "Changing ValkeyConfig {config_name}'s image from {} to {} rolls {clusters} at once: {}.",
+        describe(&change.from),
+        describe(&change.to),
+        some_of(&change.clusters, NAMES_SHOWN),
+    )));
+    verdict.warn(
+        "All of them start rolling immediately; nothing staggers them (each cluster rolls one shard at a time).",
+    );
+    verdict.warn(clip(format!(
+        "To stage instead: duplicate the config under a new name (e.g. {config_name}-v2) on the new image and move clusters one at a time by spec.configRef."
+    )));
+    if is_downgrade(&change.from, &change.to) {
+        verdict.warn(downgrade_warning(&change.from, &change.to));
+    }
+}
+
+/// Warns of the roll a cluster's `configRef` switch starts.
+pub fn judge_config_ref_switch(
+    from_ref: &str,
+    to_ref: &str,
+    from: &ResolvedImage,
+    to: &ResolvedImage,
+    verdict: &mut Verdict,
+) {
+    verdict.warn(clip(format!(
+        "Switching spec.configRef from {from_ref} to {to_ref} changes this cluster's image from {} to {}: it rolls now, one shard at a time.",
+        describe(from),
+        describe(to),
+    )));
+    if is_downgrade(from, to) {
+        verdict.warn(downgrade_warning(from, to));
+    }
+}

@@ -1,0 +1,118 @@
+//! Validating admission for the five kinds. Each kind has a pure validator (one file each) that
+//! takes the object under review, the [`Fleet`](crate::fleet::Fleet) index and the operator's
+//! [`Policy`], and returns every violation and warning at once; [`http`] turns AdmissionReviews
+//! into calls of those validators and their verdicts into responses.
+
+mod cluster;
+mod config;
+pub mod http;
+mod image;
+mod impact;
+mod node;
+mod role;
+pub mod version;
+
+pub use cluster::validate_cluster;
+pub use config::validate_config;
+pub use image::validate_image;
+pub use node::validate_node;
+pub use role::validate_role;
+
+use kube::core::admission::Operation;
+
+/// Operator settings that change what admission allows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Above this many clusters, a change that rolls clusters at once is refused unless the
+    /// config carries the acknowledgement annotation. `None`: only warn (the default).
+    pub fleet_roll_ack_threshold: Option<usize>,
+}
+
+/// The object under review, as the validators see it.
+#[derive(Clone, Debug)]
+pub struct Review<'a, T> {
+    pub operation: Operation,
+    pub name: &'a str,
+    pub namespace: Option<&'a str>,
+    /// The new object (create, update).
+    pub object: Option<&'a T>,
+    /// The stored object (update, delete).
+    pub old: Option<&'a T>,
+}
+
+/// What a validator decided: the request is allowed when `denials` is empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verdict {
+    pub denials: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+impl Verdict {
+    pub fn deny(&mut self, reason: impl Into<String>) {
+        self.denials.push(reason.into());
+    }
+
+    pub fn warn(&mut self, warning: impl Into<String>) {
+        self.warnings.push(warning.into());
+    }
+
+    pub fn allowed(&self) -> bool {
+        self.denials.is_empty()
+    }
+}
+
+/// The API server truncates warnings past 256 characters; keep each one whole and readable.
+const MAX_WARNING_CHARS: usize = 256;
+
+fn clip(text: String) -> String {
+    if text.chars().count() <= MAX_WARNING_CHARS {
+        return text;
+    }
+    let mut clipped: String = text.chars().take(MAX_WARNING_CHARS - 1).collect();
+    clipped.push('…');
+    clipped
+}
+
+/// "a, b, c and 9 more": a few names of a longer list.
+fn some_of<T: std::fmt::Display>(items: &[T], shown: usize) -> String {
+    let mut names: Vec<String> = items.iter().take(shown).map(ToString::to_string).collect();
+    let rest = items.len().saturating_sub(shown);
+    if rest > 0 {
+        names.push(format!("{rest} more"));
+    }
+    match names.len() {
+        0 => String::new(),
+        1 => names.remove(0),
+        n => format!("{} and {}", names[..n - 1].join(", "), names[n - 1]),
+    }
+}
+
+fn plural(count: usize, singular: &str) -> String {
+    if count == 1 {
+        format!("1 {singular}")
+    } else {
+        format!("{count} {singular}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn some_of_names_a_few_and_counts_the_rest() {
+        assert_eq!(some_of::<String>(&[], 3), "");
+        assert_eq!(some_of(&["a"], 3), "a");
+        assert_eq!(some_of(&["a", "b"], 3), "a and b");
+        assert_eq!(some_of(&["a", "b", "c", "d", "e"], 3), "a, b, c and 2 more");
+    }
+
+    #[test]
+    fn clip_keeps_warnings_under_the_api_server_limit() {
+        let long = "x".repeat(400);
+        let clipped = clip(long);
+        assert_eq!(clipped.chars().count(), MAX_WARNING_CHARS);
+        assert!(clipped.ends_with('…'));
+        assert_eq!(clip("short".into()), "short");
+    }
+}

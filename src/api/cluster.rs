@@ -1,0 +1,214 @@
+//! ValkeyCluster: a sharded Valkey cluster that a team asks for (namespaced).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A sharded Valkey cluster. Its image, resources and settings come from `configRef`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "valkey.gomomento.com",
+    version = "v1alpha1",
+    kind = "ValkeyCluster",
+    namespaced,
+    status = "ValkeyClusterStatus",
+    shortname = "vkc",
+    category = "valkey",
+    doc = "A sharded Valkey cluster: shards, replicas per shard, and the ValkeyConfig it runs.",
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+    printcolumn(name = "Config", type_ = "string", json_path = ".spec.configRef"),
+    printcolumn(name = "Shards", type_ = "integer", json_path = ".spec.shards"),
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        json_path = ".spec.replicasPerShard"
+    ),
+    printcolumn(name = "Version", type_ = "string", json_path = ".status.version"),
+    printcolumn(
+        name = "Outdated",
+        type_ = "integer",
+        json_path = ".status.outdatedNodes"
+    ),
+    printcolumn(
+        name = "Progress",
+        type_ = "string",
+        priority = 1,
+        json_path = ".status.conditions[?(@.type==\"Progressing\")].message"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[x_kube(validation = Rule::new(
+    "has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)"
+).message("spec.tls is set at creation only and cannot be added, changed or removed; create a new ValkeyCluster to change TLS"))]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyClusterSpec {
+    /// Name of the ValkeyConfig this cluster runs.
+    #[schemars(length(min = 1))]
+    pub config_ref: String,
+    /// Number of shards (each owns a share of the 16384 slots).
+    #[schemars(range(min = 1))]
+    pub shards: i32,
+    /// Replicas in each shard besides its primary.
+    #[serde(default = "default_replicas_per_shard")]
+    #[schemars(range(min = 0))]
+    pub replicas_per_shard: i32,
+    /// Users and their permissions, applied live on every node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acl: Vec<AclUser>,
+    /// TLS for client connections; set at creation only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ClusterTls>,
+    /// Where the cluster's pods may run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+    /// Annotations put on every pod; keys under `valkey.gomomento.com/` are reserved.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[x_kube(validation = Rule::new(
+        "self.all(k, !k.startsWith('valkey.gomomento.com/'))"
+    ).message("spec.podAnnotations keys under valkey.gomomento.com/ are reserved for the operator; use another prefix"))]
+    pub pod_annotations: BTreeMap<String, String>,
+}
+
+fn default_replicas_per_shard() -> i32 {
+    1
+}
+
+/// One ACL user.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AclUser {
+    #[schemars(length(min = 1), regex(pattern = r"^[A-Za-z0-9._@-]+$"))]
+    pub username: String,
+    /// SHA-256 hashes of the user's passwords, as 64 lowercase hex digits.
+    #[serde(default)]
+    pub password_hashes: Vec<PasswordHash>,
+    #[serde(default)]
+    pub permissions: Vec<AclPermission>,
+}
+
+/// A SHA-256 password hash: 64 lowercase hex digits.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(transparent)]
+pub struct PasswordHash(#[schemars(regex(pattern = r"^[0-9a-f]{64}$"))] pub String);
+
+/// A role granted to a user on a set of key patterns.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AclPermission {
+    /// Name of a ValkeyRole.
+    #[schemars(length(min = 1))]
+    pub role_ref: String,
+    #[serde(default)]
+    pub keys: Vec<KeyPermission>,
+}
+
+/// Access to the keys matching one pattern.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyPermission {
+    #[schemars(length(min = 1))]
+    pub pattern: String,
+    pub access: KeyAccess,
+}
+
+/// Read, write or both on a key pattern.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyAccess {
+    Read,
+    Write,
+    Readwrite,
+}
+
+/// Client TLS; the Secret holds `tls.crt` and `tls.key`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterTls {
+    #[schemars(length(min = 1))]
+    pub secret_ref: String,
+}
+
+/// Placement of the cluster's pods.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// Zones the pods must run in (a required node affinity on `topology.kubernetes.io/zone`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<String>,
+    /// How strictly a shard's nodes are spread over zones; the operator's default when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone_spread: Option<ZoneSpread>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+}
+
+/// Zone spreading of a shard's nodes.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ZoneSpread {
+    #[default]
+    BestEffort,
+    Required,
+}
+
+/// What the operator observes of a cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyClusterStatus {
+    /// `Creating` until the cluster first serves all slots, then `Active`, also during rolls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<ClusterState>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The engine version(s) running, e.g. `9.0.0` or, mid-roll, `9.0.0,9.1.2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Nodes not yet on the desired revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outdated_nodes: Option<i32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<ClusterNodeStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The cluster's lifecycle as users see it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ClusterState {
+    Creating,
+    Active,
+}
+
+/// One shard of the cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardStatus {
+    pub index: i32,
+    /// The ValkeyNode currently primary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary: Option<String>,
+}
+
+/// One node of the cluster, as listed in the cluster's status.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterNodeStatus {
+    pub name: String,
+    pub shard: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<super::NodeRole>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<super::NodeLifecycle>,
+    pub version: String,
+    /// Whether the node runs the desired revision.
+    pub outdated: bool,
+}

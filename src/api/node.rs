@@ -1,0 +1,86 @@
+//! ValkeyNode: one Valkey server of a cluster, created and owned by the operator (namespaced).
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// One Valkey server, named after its cluster and shard. Never created by users.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[kube(
+    group = "valkey.gomomento.com",
+    version = "v1alpha1",
+    kind = "ValkeyNode",
+    namespaced,
+    status = "ValkeyNodeStatus",
+    shortname = "vkn",
+    category = "valkey",
+    doc = "One Valkey server of a ValkeyCluster; created, owned and retired by the operator.",
+    printcolumn(name = "Cluster", type_ = "string", json_path = ".spec.cluster"),
+    printcolumn(name = "Shard", type_ = "integer", json_path = ".spec.shard"),
+    printcolumn(name = "Role", type_ = "string", json_path = ".status.role"),
+    printcolumn(name = "Lifecycle", type_ = "string", json_path = ".status.lifecycle"),
+    printcolumn(name = "Version", type_ = "string", json_path = ".spec.version"),
+    printcolumn(
+        name = "Address",
+        type_ = "string",
+        priority = 1,
+        json_path = ".status.address"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyNodeSpec {
+    /// The ValkeyCluster this node belongs to.
+    #[schemars(length(min = 1))]
+    pub cluster: String,
+    /// The shard index, from 0.
+    #[schemars(range(min = 0))]
+    pub shard: i32,
+    /// The container image, `repository:tag`.
+    #[schemars(length(min = 1))]
+    pub image: String,
+    /// The engine version of the image.
+    #[schemars(length(min = 1))]
+    pub version: String,
+    /// Hash of everything in the effective config that forces a replacement; a node whose
+    /// revision differs from the cluster's desired one is outdated.
+    #[schemars(length(min = 1))]
+    pub revision: String,
+}
+
+/// What the operator observes of a node.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyNodeStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<NodeLifecycle>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<NodeRole>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_name: Option<String>,
+    /// The pod IP the node announces to the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The Valkey cluster node id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+}
+
+/// `Joining` when created, `Active` once it is a synced member of its shard.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum NodeLifecycle {
+    Joining,
+    Active,
+}
+
+/// The node's role in its shard.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeRole {
+    Primary,
+    Replica,
+}

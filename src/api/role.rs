@@ -1,0 +1,49 @@
+//! ValkeyRole: a reusable ACL permission set referenced by cluster ACL users (cluster-scoped).
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A reusable set of command-category and command permissions.
+#[derive(
+    CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema,
+)]
+#[kube(
+    group = "valkey.gomomento.com",
+    version = "v1alpha1",
+    kind = "ValkeyRole",
+    shortname = "vkrole",
+    category = "valkey",
+    doc = "A reusable Valkey ACL permission set: command categories and commands, allowed or denied.",
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ValkeyRoleSpec {
+    /// Command categories, e.g. `{name: read, access: allow}` for `+@read`.
+    #[serde(default)]
+    pub categories: Vec<Permission>,
+    /// Single commands, e.g. `{name: flushall, access: deny}` for `-flushall`.
+    #[serde(default)]
+    pub commands: Vec<Permission>,
+}
+
+/// One allowed or denied category or command.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Permission {
+    #[schemars(length(min = 1))]
+    pub name: String,
+    pub access: Access,
+}
+
+/// Whether a permission grants or removes access.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    Allow,
+    Deny,
+}

@@ -1,0 +1,199 @@
+//! The in-memory caches that admission (and later the controller) read: kube reflectors over
+//! ValkeyImage, ValkeyConfig and ValkeyCluster, whose watch events also keep the [`Fleet`] index
+//! current. An admission answer never lists the API server.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use futures::{Stream, StreamExt};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage};
+use crate::fleet::{ClusterKey, Fleet};
+
+/// Which caches have completed their first list.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    images: AtomicBool,
+    configs: AtomicBool,
+    clusters: AtomicBool,
+}
+
+impl Readiness {
+    /// A readiness already satisfied, for servers that are handed a prepared fleet.
+    pub fn synced() -> Self {
+        Self {
+            images: AtomicBool::new(true),
+            configs: AtomicBool::new(true),
+            clusters: AtomicBool::new(true),
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.waiting_for().is_empty()
+    }
+
+    /// The caches still waiting for their first list.
+    pub fn waiting_for(&self) -> Vec<&'static str> {
+        [
+            (&self.images, "valkeyimages"),
+            (&self.configs, "valkeyconfigs"),
+            (&self.clusters, "valkeyclusters"),
+        ]
+        .into_iter()
+        .filter(|(flag, _)| !flag.load(Ordering::Acquire))
+        .map(|(_, name)| name)
+        .collect()
+    }
+}
+
+/// The reflector stores, for readers that want whole objects (the controller).
+#[derive(Clone)]
+pub struct Stores {
+    pub images: Store<ValkeyImage>,
+    pub configs: Store<ValkeyConfig>,
+    pub clusters: Store<ValkeyCluster>,
+}
+
+/// How one kind's watch events update the fleet index.
+trait Indexed:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
+{
+    fn apply(&self, fleet: &mut Fleet);
+    fn remove(&self, fleet: &mut Fleet);
+    fn flag(readiness: &Readiness) -> &AtomicBool;
+}
+
+impl Indexed for ValkeyImage {
+    fn apply(&self, fleet: &mut Fleet) {
+        fleet.upsert_image(&self.name_any(), self.spec.clone());
+    }
+    fn remove(&self, fleet: &mut Fleet) {
+        fleet.remove_image(&self.name_any());
+    }
+    fn flag(readiness: &Readiness) -> &AtomicBool {
+        &readiness.images
+    }
+}
+
+impl Indexed for ValkeyConfig {
+    fn apply(&self, fleet: &mut Fleet) {
+        fleet.upsert_config(&self.name_any(), self.spec.clone());
+    }
+    fn remove(&self, fleet: &mut Fleet) {
+        fleet.remove_config(&self.name_any());
+    }
+    fn flag(readiness: &Readiness) -> &AtomicBool {
+        &readiness.configs
+    }
+}
+
+fn cluster_key(cluster: &ValkeyCluster) -> ClusterKey {
+    ClusterKey::new(cluster.namespace().unwrap_or_default(), cluster.name_any())
+}
+
+impl Indexed for ValkeyCluster {
+    fn apply(&self, fleet: &mut Fleet) {
+        fleet.upsert_cluster(cluster_key(self), &self.spec.config_ref);
+    }
+    fn remove(&self, fleet: &mut Fleet) {
+        fleet.remove_cluster(&cluster_key(self));
+    }
+    fn flag(readiness: &Readiness) -> &AtomicBool {
+        &readiness.clusters
+    }
+}
+
+/// Applies one watch event to the index. A re-list (`Init`, `InitApply`…, `InitDone`) upserts
+/// what it lists as it comes, then drops what the store held but the list no longer has: the
+/// index never empties in between, so admission keeps answering during a re-list.
+fn index_event<K: Indexed>(
+    event: &watcher::Event<K>,
+    fleet: &RwLock<Fleet>,
+    store: &Store<K>,
+    relisted: &mut HashSet<ObjectRef<K>>,
+    readiness: &Readiness,
+) {
+    let mut fleet = fleet
+        .write()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    match event {
+        watcher::Event::Init => relisted.clear(),
+        watcher::Event::InitApply(object) => {
+            relisted.insert(ObjectRef::from(object));
+            object.apply(&mut fleet);
+        }
+        watcher::Event::Apply(object) => object.apply(&mut fleet),
+        watcher::Event::Delete(object) => object.remove(&mut fleet),
+        watcher::Event::InitDone => {
+            for gone in store
+                .state()
+                .iter()
+                .filter(|o| !relisted.contains(&ObjectRef::from(o.as_ref())))
+            {
+                gone.remove(&mut fleet);
+            }
+            relisted.clear();
+            K::flag(readiness).store(true, Ordering::Release);
+        }
+    }
+}
+
+fn watch_kind<K: Indexed>(
+    client: Client,
+    fleet: Arc<RwLock<Fleet>>,
+    readiness: Arc<Readiness>,
+) -> (Store<K>, impl Stream<Item = ()> + Send) {
+    let (store, writer) = reflector::store();
+    let reader = store.clone();
+    let mut relisted = HashSet::new();
+    let stream = watcher(Api::<K>::all(client), watcher::Config::default())
+        .default_backoff()
+        .map(move |event| {
+            // Index before the reflector applies the event, so `InitDone` still sees the old state.
+            if let Ok(event) = &event {
+                index_event(event, &fleet, &reader, &mut relisted, &readiness);
+            }
+            event
+        })
+        .reflect(writer)
+        .filter_map(|event| async move {
+            if let Err(error) = event {
+                tracing::warn!(%error, kind = %K::kind(&()), "watch error; retrying with backoff");
+            }
+            None
+        });
+    (store, stream)
+}
+
+/// Starts the three watches; the returned future drives them and never completes on its own.
+pub fn start(
+    client: Client,
+    fleet: Arc<RwLock<Fleet>>,
+    readiness: Arc<Readiness>,
+) -> (Stores, impl std::future::Future<Output = ()> + Send) {
+    let (images, image_events) =
+        watch_kind::<ValkeyImage>(client.clone(), fleet.clone(), readiness.clone());
+    let (configs, config_events) =
+        watch_kind::<ValkeyConfig>(client.clone(), fleet.clone(), readiness.clone());
+    let (clusters, cluster_events) = watch_kind::<ValkeyCluster>(client, fleet, readiness);
+    let driver = async move {
+        let merged = futures::stream::select(
+            futures::stream::select(image_events.boxed(), config_events.boxed()),
+            cluster_events.boxed(),
+        );
+        merged.for_each(|()| async {}).await;
+    };
+    (
+        Stores {
+            images,
+            configs,
+            clusters,
+        },
+        driver,
+    )
+}

@@ -1,0 +1,197 @@
+//! The command line: `crd`, `certs`, `webhook-config` and `serve`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, Client};
+
+use crate::caches::{self, Readiness};
+use crate::fleet::Fleet;
+use crate::metrics::Metrics;
+use crate::server::{self, AppState, ListenOptions};
+use crate::settings::{CONFIG_MAP, OperatorSettings};
+use crate::tls::CertificatePaths;
+use crate::{api, certs, webhook_config};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "valkey-operator",
+    version,
+    about = "Runs fleets of Valkey clusters on Kubernetes."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Print the CustomResourceDefinitions of all five kinds as YAML.
+    Crd,
+    /// Write a development CA and serving certificate (PEM) for the given names and IPs.
+    Certs {
+        /// Folder for ca.crt, ca.key, tls.crt and tls.key; an existing CA there is reused.
+        #[arg(long, default_value = "certs/dev")]
+        out: PathBuf,
+        /// DNS names of the serving certificate.
+        #[arg(long = "dns", default_values_t = ["localhost".to_string()])]
+        dns_names: Vec<String>,
+        /// IP addresses of the serving certificate.
+        #[arg(long = "ip", default_values_t = [IpAddr::from([127, 0, 0, 1])])]
+        ips: Vec<IpAddr>,
+    },
+    /// Print a ValidatingWebhookConfiguration that sends the five kinds to a server at a URL.
+    WebhookConfig {
+        /// The server's base URL, e.g. https://127.0.0.1:8443.
+        #[arg(long)]
+        url: String,
+        /// The CA that signed the serving certificate (PEM).
+        #[arg(long, default_value = "certs/dev/ca.crt")]
+        ca_file: PathBuf,
+    },
+    /// Run the HTTPS server (webhooks, /metrics, /healthz, /readyz) against the API server in
+    /// KUBECONFIG or the in-cluster configuration.
+    Serve {
+        #[arg(long, env = "VALKEY_OPERATOR_LISTEN", default_value = "127.0.0.1:8443")]
+        listen: SocketAddr,
+        #[arg(
+            long,
+            env = "VALKEY_OPERATOR_TLS_CERT",
+            default_value = "certs/dev/tls.crt"
+        )]
+        tls_cert: PathBuf,
+        #[arg(
+            long,
+            env = "VALKEY_OPERATOR_TLS_KEY",
+            default_value = "certs/dev/tls.key"
+        )]
+        tls_key: PathBuf,
+        /// Seconds between checks of the certificate files for a change.
+        #[arg(long, default_value_t = 5)]
+        cert_reload_seconds: u64,
+        /// Namespace of the operator's ConfigMap (valkey-operator-config).
+        #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+        namespace: String,
+    },
+}
+
+/// Runs the parsed command.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Crd => {
+            print!("{}", api::crds_yaml()?);
+            Ok(())
+        }
+        Command::Certs {
+            out,
+            dns_names,
+            ips,
+        } => {
+            let files = certs::write_dev_certificates(&out, &dns_names, &ips)?;
+            println!(
+                "wrote {}, {} (CA: {})",
+                files.cert.display(),
+                files.key.display(),
+                files.ca_cert.display()
+            );
+            Ok(())
+        }
+        Command::WebhookConfig { url, ca_file } => {
+            let ca = std::fs::read(&ca_file)
+                .with_context(|| format!("reading the CA certificate {}", ca_file.display()))?;
+            print!(
+                "{}",
+                serde_yaml::to_string(&webhook_config::for_url(&url, &ca))?
+            );
+            Ok(())
+        }
+        Command::Serve {
+            listen,
+            tls_cert,
+            tls_key,
+            cert_reload_seconds,
+            namespace,
+        } => {
+            serve(
+                listen,
+                ListenOptions {
+                    certificate: CertificatePaths {
+                        cert: tls_cert,
+                        key: tls_key,
+                    },
+                    reload_interval: Duration::from_secs(cert_reload_seconds.max(1)),
+                },
+                &namespace,
+            )
+            .await
+        }
+    }
+}
+
+async fn load_settings(client: &Client, namespace: &str) -> anyhow::Result<OperatorSettings> {
+    let config_map = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .get_opt(CONFIG_MAP)
+        .await
+        .with_context(|| format!("reading ConfigMap {namespace}/{CONFIG_MAP}"))?;
+    let data = config_map.and_then(|c| c.data).unwrap_or_default();
+    Ok(OperatorSettings::from_data(&data)?)
+}
+
+async fn serve(listen: SocketAddr, options: ListenOptions, namespace: &str) -> anyhow::Result<()> {
+    let client = Client::try_default()
+        .await
+        .context("connecting to the Kubernetes API (KUBECONFIG or in-cluster)")?;
+    let settings = load_settings(&client, namespace).await?;
+    tracing::info!(?settings, "operator settings");
+
+    let metrics = Arc::new(Metrics::new()?);
+    let fleet = Arc::new(RwLock::new(Fleet::default()));
+    let readiness = Arc::new(Readiness::default());
+    let (_stores, watches) = caches::start(client, fleet.clone(), readiness.clone());
+    let watches = tokio::spawn(watches);
+
+    let state = AppState {
+        fleet,
+        readiness,
+        metrics: metrics.clone(),
+        policy: Arc::new(settings.admission_policy()),
+    };
+    let listener =
+        std::net::TcpListener::bind(listen).with_context(|| format!("listening on {listen}"))?;
+    tracing::info!(%listen, "serving HTTPS");
+    let result = server::serve_https(
+        listener,
+        server::router(state),
+        options,
+        metrics,
+        shutdown_signal(),
+    )
+    .await;
+    watches.abort();
+    result
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,125 @@
+//! The one HTTPS listener: admission endpoints, `/metrics`, `/healthz` and `/readyz`, served by
+//! axum over rustls with certificate reload, until the shutdown signal.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum_server::Handle;
+use axum_server::tls_rustls::RustlsConfig;
+
+use crate::admission::{self, Policy};
+use crate::caches::Readiness;
+use crate::fleet::Fleet;
+use crate::metrics::Metrics;
+use crate::tls::{self, CertificatePaths};
+
+/// What every request handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub fleet: Arc<RwLock<Fleet>>,
+    pub readiness: Arc<Readiness>,
+    pub metrics: Arc<Metrics>,
+    pub policy: Arc<Policy>,
+}
+
+impl AppState {
+    /// The fleet index for reading. A writer that panicked cannot leave it half-updated in a way
+    /// that matters more than refusing every request would, so a poisoned lock is still read.
+    pub fn fleet_read(&self) -> RwLockReadGuard<'_, Fleet> {
+        self.fleet
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The webhook paths, one per kind, as the ValidatingWebhookConfiguration names them.
+pub const VALIDATE_IMAGES: &str = "/validate/valkeyimages";
+pub const VALIDATE_CONFIGS: &str = "/validate/valkeyconfigs";
+pub const VALIDATE_ROLES: &str = "/validate/valkeyroles";
+pub const VALIDATE_CLUSTERS: &str = "/validate/valkeyclusters";
+pub const VALIDATE_NODES: &str = "/validate/valkeynodes";
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route(VALIDATE_IMAGES, post(admission::http::images))
+        .route(VALIDATE_CONFIGS, post(admission::http::configs))
+        .route(VALIDATE_ROLES, post(admission::http::roles))
+        .route(VALIDATE_CLUSTERS, post(admission::http::clusters))
+        .route(VALIDATE_NODES, post(admission::http::nodes))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .layer(DefaultBodyLimit::max(admission::http::MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    match state.metrics.render() {
+        Ok(text) => (StatusCode::OK, text),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")),
+    }
+}
+
+async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    if state.readiness.is_ready() {
+        (StatusCode::OK, "ok\n".to_string())
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "waiting for caches to sync: {}\n",
+                state.readiness.waiting_for().join(", ")
+            ),
+        )
+    }
+}
+
+/// How the listener is set up.
+#[derive(Clone, Debug)]
+pub struct ListenOptions {
+    pub certificate: CertificatePaths,
+    /// How often the certificate files are checked for a change.
+    pub reload_interval: Duration,
+}
+
+/// Serves `app` over HTTPS on `listener` until `shutdown` completes, then drains connections.
+/// The certificate must load at start; afterwards it is reloaded when its files change.
+pub async fn serve_https(
+    listener: std::net::TcpListener,
+    app: Router,
+    options: ListenOptions,
+    metrics: Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let loaded = tls::load(&options.certificate)?;
+    let served = RustlsConfig::from_config(loaded.config.clone());
+    let reloader = tokio::spawn(tls::reload_on_change(
+        options.certificate.clone(),
+        loaded,
+        served.clone(),
+        options.reload_interval,
+        metrics,
+    ));
+    listener.set_nonblocking(true)?;
+    let handle: Handle<SocketAddr> = Handle::new();
+    let stopper = handle.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        stopper.graceful_shutdown(Some(Duration::from_secs(10)));
+    });
+    let mut server = axum_server::from_tcp_rustls(listener, served)?.handle(handle);
+    server
+        .http_builder()
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(10));
+    let result = server.serve(app.into_make_service()).await;
+    reloader.abort();
+    Ok(result?)
+}

@@ -1,0 +1,112 @@
+//! The operator's own settings, from the optional ConfigMap `valkey-operator-config` read at
+//! start. An invalid value stops the operator with a message naming the key.
+
+use std::collections::BTreeMap;
+
+use crate::admission::Policy;
+use crate::api::ZoneSpread;
+
+/// The ConfigMap's name.
+pub const CONFIG_MAP: &str = "valkey-operator-config";
+
+/// Settings with their defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OperatorSettings {
+    /// Zone spreading for clusters that do not set `placement.zoneSpread`.
+    pub default_zone_spread: ZoneSpread,
+    /// See [`Policy::fleet_roll_ack_threshold`].
+    pub fleet_roll_ack_threshold: Option<usize>,
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    #[error("ConfigMap {CONFIG_MAP}: defaultZoneSpread is {0:?}; use bestEffort or required")]
+    ZoneSpread(String),
+    #[error(
+        "ConfigMap {CONFIG_MAP}: fleetRollAckThreshold is {0:?}; use a whole number of clusters (e.g. \"20\") or remove the key to only warn"
+    )]
+    Threshold(String),
+    #[error(
+        "ConfigMap {CONFIG_MAP}: unknown key {0:?}; known keys are defaultZoneSpread and fleetRollAckThreshold"
+    )]
+    UnknownKey(String),
+}
+
+impl OperatorSettings {
+    /// Parses the ConfigMap's data; a missing ConfigMap is an empty one.
+    pub fn from_data(data: &BTreeMap<String, String>) -> Result<Self, SettingsError> {
+        let mut settings = Self::default();
+        for (key, value) in data {
+            let value = value.trim();
+            match key.as_str() {
+                "defaultZoneSpread" => {
+                    settings.default_zone_spread = match value {
+                        "bestEffort" => ZoneSpread::BestEffort,
+                        "required" => ZoneSpread::Required,
+                        other => return Err(SettingsError::ZoneSpread(other.into())),
+                    }
+                }
+                "fleetRollAckThreshold" => {
+                    settings.fleet_roll_ack_threshold = Some(
+                        value
+                            .parse()
+                            .map_err(|_| SettingsError::Threshold(value.into()))?,
+                    )
+                }
+                other => return Err(SettingsError::UnknownKey(other.into())),
+            }
+        }
+        Ok(settings)
+    }
+
+    pub fn admission_policy(&self) -> Policy {
+        Policy {
+            fleet_roll_ack_threshold: self.fleet_roll_ack_threshold,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_and_values() {
+        assert_eq!(
+            OperatorSettings::from_data(&data(&[])).unwrap(),
+            OperatorSettings::default()
+        );
+        let parsed = OperatorSettings::from_data(&data(&[
+            ("defaultZoneSpread", "required"),
+            ("fleetRollAckThreshold", "20"),
+        ]))
+        .unwrap();
+        assert_eq!(parsed.default_zone_spread, ZoneSpread::Required);
+        assert_eq!(parsed.admission_policy().fleet_roll_ack_threshold, Some(20));
+    }
+
+    #[test]
+    fn invalid_values_name_the_key() {
+        let err =
+            OperatorSettings::from_data(&data(&[("defaultZoneSpread", "sometimes")])).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("defaultZoneSpread is \"sometimes\"")
+        );
+        let err =
+            OperatorSettings::from_data(&data(&[("fleetRollAckThreshold", "-3")])).unwrap_err();
+        assert!(err.to_string().contains("fleetRollAckThreshold"));
+        let err = OperatorSettings::from_data(&data(&[("fleetRollAckTreshold", "3")])).unwrap_err();
+        assert_eq!(
+            err,
+            SettingsError::UnknownKey("fleetRollAckTreshold".into())
+        );
+    }
+}
