@@ -116,3 +116,6 @@ mod tests {
         assert_eq!(clip("short".into()), "short");
     }
 }
+
+#[cfg(test)]
+mod validator_tests;

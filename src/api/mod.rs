@@ -1,6 +1,9 @@
 //! The operator's API: the five custom resource kinds of `valkey.gomomento.com/v1alpha1`, the
 //! labels and annotations the operator owns, and the CRD YAML printed by `valkey-operator crd`.
 
+// kube's repeated `printcolumn(type_ = ...)` arguments read as duplicates to clippy.
+#![allow(clippy::duplicated_attributes)]
+
 mod cluster;
 mod config;
 mod image;

@@ -1,0 +1,336 @@
+//! The real admission server over real HTTPS on a loopback port: certificates from the `certs`
+//! subcommand, a client that verifies the CA, AdmissionReviews shaped as the API server sends
+//! them, certificate reload without a restart, and clean answers to malformed bodies.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{TestServer, admission_review, object};
+use valkey_operator::admission::Policy;
+use valkey_operator::api::{ValkeyConfigSpec, ValkeyImageSpec};
+use valkey_operator::fleet::{ClusterKey, Fleet};
+
+fn image_spec(version: &str) -> Value {
+    json!({"repository": "valkey/valkey", "tag": version, "version": version})
+}
+
+/// `standard` on 9.0.0, inherited by `large`; clusters on both.
+fn fleet() -> Fleet {
+    let mut fleet = Fleet::default();
+    for (name, version) in [("valkey-9-0-0", "9.0.0"), ("valkey-9-1-2", "9.1.2")] {
+        fleet.upsert_image(
+            name,
+            serde_json::from_value::<ValkeyImageSpec>(image_spec(version)).unwrap(),
+        );
+    }
+    fleet.upsert_config(
+        "standard",
+        ValkeyConfigSpec {
+            image_ref: Some("valkey-9-0-0".into()),
+            ..Default::default()
+        },
+    );
+    fleet.upsert_config(
+        "large",
+        ValkeyConfigSpec {
+            base_ref: Some("standard".into()),
+            ..Default::default()
+        },
+    );
+    fleet.upsert_cluster(ClusterKey::new("team-a", "orders"), "standard");
+    fleet.upsert_cluster(ClusterKey::new("team-b", "sessions"), "large");
+    fleet
+}
+
+async fn start(dir: &tempfile::TempDir) -> TestServer {
+    TestServer::start(
+        dir.path(),
+        fleet(),
+        Policy::default(),
+        Duration::from_millis(200),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn the_floor_is_enforced_over_https() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir).await;
+
+    let old = admission_review(
+        "ValkeyImage",
+        "CREATE",
+        "valkey-8-1-4",
+        None,
+        Some(object(
+            "ValkeyImage",
+            "valkey-8-1-4",
+            None,
+            image_spec("8.1.4"),
+        )),
+        None,
+    );
+    let response = server.review("/validate/valkeyimages", &old).await;
+    assert_eq!(response["uid"], "uid-valkey-8-1-4-CREATE");
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("spec.version 8.1.4 is below the Valkey 9 floor (9.0.0)"),
+        "{message}"
+    );
+
+    let good = admission_review(
+        "ValkeyImage",
+        "CREATE",
+        "valkey-9-1-2",
+        None,
+        Some(object(
+            "ValkeyImage",
+            "valkey-9-1-2",
+            None,
+            image_spec("9.1.2"),
+        )),
+        None,
+    );
+    let response = server.review("/validate/valkeyimages", &good).await;
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("warnings").is_none());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_shared_config_image_change_answers_with_fleet_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir).await;
+    let old = object(
+        "ValkeyConfig",
+        "standard",
+        None,
+        json!({"imageRef": "valkey-9-0-0"}),
+    );
+    let new = object(
+        "ValkeyConfig",
+        "standard",
+        None,
+        json!({"imageRef": "valkey-9-1-2"}),
+    );
+    let review = admission_review(
+        "ValkeyConfig",
+        "UPDATE",
+        "standard",
+        None,
+        Some(new),
+        Some(old),
+    );
+    let response = server.review("/validate/valkeyconfigs", &review).await;
+    assert_eq!(response["allowed"], true);
+    let warnings: Vec<&str> = response["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_str().unwrap())
+        .collect();
+    assert!(
+        warnings[0].contains("rolls 2 ValkeyClusters at once: team-a/orders and team-b/sessions"),
+        "{warnings:?}"
+    );
+    assert!(warnings.iter().any(|w| w.contains("nothing staggers them")));
+
+    // A new cluster on the inheriting config resolves (large → standard) and is allowed.
+    let cluster = object(
+        "ValkeyCluster",
+        "feed",
+        Some("team-c"),
+        json!({"configRef": "large", "shards": 3, "replicasPerShard": 1}),
+    );
+    let review = admission_review(
+        "ValkeyCluster",
+        "CREATE",
+        "feed",
+        Some("team-c"),
+        Some(cluster),
+        None,
+    );
+    let response = server.review("/validate/valkeyclusters", &review).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_requests_get_clean_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir).await;
+    let path = "/validate/valkeyconfigs";
+
+    let (status, body) = server.post(path, "this is not json").await;
+    assert_eq!(status, 400);
+    assert!(body.starts_with("the body is not JSON"), "{body}");
+
+    let (status, body) = server
+        .post(path, r#"{"kind": "Pod", "apiVersion": "v1"}"#)
+        .await;
+    assert_eq!(status, 400);
+    assert!(body.contains("not an AdmissionReview"), "{body}");
+
+    let (status, body) = server
+        .post(
+            path,
+            r#"{"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}"#,
+        )
+        .await;
+    assert_eq!(
+        (status, body.as_str()),
+        (400, "the AdmissionReview carries no request\n")
+    );
+
+    let (status, body) = server.post(path, vec![b' '; 5 * 1024 * 1024]).await;
+    assert_eq!(status, 413);
+    assert!(body.contains("at most 4 MiB"), "{body}");
+
+    // Wrong kind for the endpoint: a denial that says which endpoint this is.
+    let wrong_kind = admission_review(
+        "ValkeyImage",
+        "CREATE",
+        "x",
+        None,
+        Some(object("ValkeyImage", "x", None, image_spec("9.0.0"))),
+        None,
+    );
+    let response = server.review(path, &wrong_kind).await;
+    assert_eq!(response["allowed"], false);
+    assert!(response["status"]["message"].as_str().unwrap().contains("this endpoint validates valkey.gomomento.com ValkeyConfig, but the request is for valkey.gomomento.com/v1alpha1 ValkeyImage"));
+
+    // An object that does not match the schema, and a create without an object.
+    let bad = admission_review(
+        "ValkeyConfig",
+        "CREATE",
+        "x",
+        None,
+        Some(
+            json!({"apiVersion": "valkey.gomomento.com/v1alpha1", "kind": "ValkeyConfig", "metadata": {"name": "x"}, "spec": {"valkey": {"maxmemory": 5}}}),
+        ),
+        None,
+    );
+    let response = server.review(path, &bad).await;
+    assert_eq!(response["allowed"], false);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("the ValkeyConfig does not match its schema: invalid type: integer `5`"),
+        "{response}"
+    );
+    let empty = admission_review("ValkeyConfig", "CREATE", "x", None, None, None);
+    let response = server.review(path, &empty).await;
+    assert_eq!(
+        response["status"]["message"],
+        "the request carries no ValkeyConfig object"
+    );
+
+    // The server is still healthy, and counted what it saw.
+    let (status, body) = server.post("/healthz", "").await;
+    assert_eq!(status, 405, "{body}");
+    let metrics = server
+        .client
+        .get(format!("{}/metrics", server.base_url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains(r#"valkey_operator_webhook_requests_total{kind="ValkeyConfig",operation="unknown",result="invalid"} 4"#), "{metrics}");
+    assert!(metrics.contains(r#"valkey_operator_webhook_requests_total{kind="ValkeyConfig",operation="CREATE",result="denied"} 3"#), "{metrics}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn health_and_readiness_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir).await;
+    for path in ["/healthz", "/readyz"] {
+        let response = server
+            .client
+            .get(format!("{}{path}", server.base_url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(response.text().await.unwrap(), "ok\n");
+    }
+    server.stop().await;
+}
+
+/// The leaf certificate the server presents to a fresh TLS handshake.
+async fn served_certificate(port: u16, ca: &std::path::Path) -> Vec<u8> {
+    let config = std::sync::Arc::new(support::rustls_client_config(ca));
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = connector
+        .connect(name, tcp)
+        .await
+        .expect("handshake verifies against the CA");
+    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
+
+fn certificate_file(dir: &std::path::Path) -> Vec<u8> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    CertificateDer::from_pem_file(dir.join("tls.crt"))
+        .unwrap()
+        .to_vec()
+}
+
+#[tokio::test]
+async fn replaced_certificate_files_are_served_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir).await;
+    let ca = dir.path().join("ca.crt");
+    let first = served_certificate(server.port, &ca).await;
+    assert_eq!(first, certificate_file(dir.path()));
+
+    // Reissue (same CA, new key and certificate) and wait for the server to pick it up.
+    support::write_certificates(dir.path());
+    let second = certificate_file(dir.path());
+    assert_ne!(first, second);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while served_certificate(server.port, &ca).await != second {
+        assert!(
+            Instant::now() < deadline,
+            "the new certificate was not served within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A broken replacement is refused and the last good certificate stays.
+    std::fs::write(
+        dir.path().join("tls.crt"),
+        "-----BEGIN CERTIFICATE-----\nnot base64\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = server.metrics.render().unwrap();
+        if metrics.contains(r#"valkey_operator_certificate_reloads_total{result="failed"} 1"#) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the broken files were not noticed: {metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(served_certificate(server.port, &ca).await, second);
+    let response = server
+        .client
+        .get(format!("{}/healthz", server.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    server.stop().await;
+}

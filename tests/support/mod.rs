@@ -1,0 +1,201 @@
+//! Shared by the admission integration tests and the admission benchmark: development
+//! certificates from the real `certs` subcommand, the real HTTPS server on a loopback port, a
+//! TLS client that verifies against the generated CA, and AdmissionReview bodies shaped as the
+//! API server sends them.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use valkey_operator::admission::Policy;
+use valkey_operator::caches::Readiness;
+use valkey_operator::fleet::Fleet;
+use valkey_operator::metrics::Metrics;
+use valkey_operator::server::{self, AppState, ListenOptions};
+use valkey_operator::tls::{self, CertificatePaths};
+
+pub const GROUP: &str = "valkey.gomomento.com";
+
+/// Runs `valkey-operator certs` for localhost and 127.0.0.1 into `dir`.
+pub fn write_certificates(dir: &Path) {
+    let status = Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
+        .args(["certs", "--dns", "localhost", "--ip", "127.0.0.1", "--out"])
+        .arg(dir)
+        .status()
+        .expect("run valkey-operator certs");
+    assert!(status.success(), "valkey-operator certs failed");
+}
+
+/// A running server and a client that trusts its CA.
+pub struct TestServer {
+    pub base_url: String,
+    pub port: u16,
+    pub client: reqwest::Client,
+    pub certificates: PathBuf,
+    pub metrics: Arc<Metrics>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl TestServer {
+    pub async fn start(
+        dir: &Path,
+        fleet: Fleet,
+        policy: Policy,
+        reload_interval: Duration,
+    ) -> Self {
+        tls::install_crypto_provider();
+        write_certificates(dir);
+        let metrics = Arc::new(Metrics::new().unwrap());
+        let state = AppState {
+            fleet: Arc::new(RwLock::new(fleet)),
+            readiness: Arc::new(Readiness::synced()),
+            metrics: metrics.clone(),
+            policy: Arc::new(policy),
+        };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (stop, stopped) = oneshot::channel();
+        let options = ListenOptions {
+            certificate: CertificatePaths {
+                cert: dir.join("tls.crt"),
+                key: dir.join("tls.key"),
+            },
+            reload_interval,
+        };
+        let task = tokio::spawn(server::serve_https(
+            listener,
+            server::router(state),
+            options,
+            metrics.clone(),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Self {
+            base_url: format!("https://localhost:{port}"),
+            port,
+            client: client_trusting(&dir.join("ca.crt")),
+            certificates: dir.to_path_buf(),
+            metrics,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let result = tokio::time::timeout(Duration::from_secs(15), &mut self.task).await;
+        result
+            .expect("server stops")
+            .expect("server task")
+            .expect("server ran cleanly");
+    }
+
+    /// POSTs `body` to `path`; returns the status and the body text.
+    pub async fn post(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, String) {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base_url))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("request");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("body"))
+    }
+
+    /// POSTs an AdmissionReview and returns its `response`.
+    pub async fn review(&self, path: &str, review: &Value) -> Value {
+        let (status, body) = self.post(path, serde_json::to_vec(review).unwrap()).await;
+        assert_eq!(status, 200, "{body}");
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(answer["kind"], "AdmissionReview");
+        assert_eq!(answer["apiVersion"], "admission.k8s.io/v1");
+        answer["response"].clone()
+    }
+}
+
+/// A reqwest client (HTTP/1.1 keep-alive) that verifies the server against `ca`.
+pub fn client_trusting(ca: &Path) -> reqwest::Client {
+    reqwest::Client::builder()
+        .use_preconfigured_tls(rustls_client_config(ca))
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+pub fn rustls_client_config(ca: &Path) -> rustls::ClientConfig {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth()
+}
+
+/// The plural resource name of a kind.
+pub fn resource_of(kind: &str) -> String {
+    format!("{}s", kind.to_ascii_lowercase())
+}
+
+/// An AdmissionReview as kube-apiserver sends it.
+pub fn admission_review(
+    kind: &str,
+    operation: &str,
+    name: &str,
+    namespace: Option<&str>,
+    object: Option<Value>,
+    old_object: Option<Value>,
+) -> Value {
+    let gvk = json!({"group": GROUP, "version": "v1alpha1", "kind": kind});
+    let gvr = json!({"group": GROUP, "version": "v1alpha1", "resource": resource_of(kind)});
+    let options_kind = match operation {
+        "CREATE" => "CreateOptions",
+        "DELETE" => "DeleteOptions",
+        _ => "UpdateOptions",
+    };
+    let mut request = json!({
+        "uid": format!("uid-{name}-{operation}"),
+        "kind": gvk,
+        "resource": gvr,
+        "requestKind": gvk,
+        "requestResource": gvr,
+        "name": name,
+        "operation": operation,
+        "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
+        "object": object,
+        "oldObject": old_object,
+        "dryRun": false,
+        "options": {"kind": options_kind, "apiVersion": "meta.k8s.io/v1"},
+    });
+    if let Some(namespace) = namespace {
+        request["namespace"] = json!(namespace);
+    }
+    json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request})
+}
+
+/// A stored object as the API server serializes it (with metadata it fills in).
+pub fn object(kind: &str, name: &str, namespace: Option<&str>, spec: Value) -> Value {
+    let mut metadata = json!({
+        "name": name,
+        "uid": format!("{name}-uid"),
+        "resourceVersion": "1",
+        "generation": 1,
+        "creationTimestamp": "2026-11-29T00:00:00Z",
+        "managedFields": [{"manager": "kubectl", "operation": "Update", "apiVersion": format!("{GROUP}/v1alpha1")}],
+    });
+    if let Some(namespace) = namespace {
+        metadata["namespace"] = json!(namespace);
+    }
+    json!({"apiVersion": format!("{GROUP}/v1alpha1"), "kind": kind, "metadata": metadata, "spec": spec})
+}
