@@ -20,6 +20,7 @@ pub struct Pki {
     pub admin_cert: PathBuf,
     pub admin_key: PathBuf,
     pub service_account_key: PathBuf,
+    pub service_account_public_key: PathBuf,
 }
 
 impl Pki {
@@ -32,6 +33,7 @@ impl Pki {
             admin_cert: dir.join("admin.crt"),
             admin_key: dir.join("admin.key"),
             service_account_key: dir.join("service-account.key"),
+            service_account_public_key: dir.join("service-account.pub"),
         };
 
         let ca_key = KeyPair::generate()?;
@@ -74,9 +76,11 @@ impl Pki {
         write(&pki.admin_cert, &admin.signed_by(&admin_key, &ca)?.pem())?;
         write(&pki.admin_key, &admin_key.serialize_pem())?;
 
+        let service_account_key = KeyPair::generate()?;
+        write(&pki.service_account_key, &service_account_key.serialize_pem())?;
         write(
-            &pki.service_account_key,
-            &KeyPair::generate()?.serialize_pem(),
+            &pki.service_account_public_key,
+            &service_account_key.public_key_pem(),
         )?;
         Ok(pki)
     }

@@ -158,7 +158,6 @@ impl ControlPlane {
     }
 
     fn spawn_apiserver(&mut self, pki: &Pki, etcd_url: &str, port: u16) -> Result<(), Error> {
-        let sa_key = pki.service_account_key.display().to_string();
         let cert_dir = self.data_dir().join("apiserver");
         self.spawn(
             "kube-apiserver",
@@ -172,8 +171,14 @@ impl ControlPlane {
                 format!("--tls-private-key-file={}", pki.serving_key.display()),
                 format!("--client-ca-file={}", pki.ca_cert.display()),
                 "--authorization-mode=RBAC".into(),
-                format!("--service-account-key-file={sa_key}"),
-                format!("--service-account-signing-key-file={sa_key}"),
+                format!(
+                    "--service-account-key-file={}",
+                    pki.service_account_public_key.display()
+                ),
+                format!(
+                    "--service-account-signing-key-file={}",
+                    pki.service_account_key.display()
+                ),
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
                 "--service-cluster-ip-range=10.0.0.0/24".into(),
                 "--allow-privileged=true".into(),

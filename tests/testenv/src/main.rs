@@ -39,7 +39,8 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+                // kube logs every refused connection while the API server is starting.
+                .unwrap_or_else(|_| "info,kube_client::client::builder=off".into()),
         )
         .with_writer(std::io::stderr)
         .init();
