@@ -51,9 +51,10 @@ done
 export KUBECONFIG="$dev_dir/kubeconfig"
 
 # The operator's CLI contract: crd, certs, webhook-config, serve.
-if ! "$operator" crd >"$dev_dir/crds.yaml" 2>"$dev_dir/operator-crd.err"; then
-	die "'valkey-operator crd' is not available in this build of the operator ($(head -c 300 "$dev_dir/operator-crd.err"));
-     make dev needs the operator's crd/certs/webhook-config/serve subcommands."
+if ! "$operator" crd >"$dev_dir/crds.yaml" 2>"$dev_dir/operator-crd.err" \
+	|| ! grep -q "kind: CustomResourceDefinition" "$dev_dir/crds.yaml"; then
+	die "'valkey-operator crd' printed no CRDs: this build of the operator lacks the
+     subcommands make dev needs (crd, certs, webhook-config, serve). $(head -c 300 "$dev_dir/operator-crd.err")"
 fi
 log "installing the CRDs"
 "$kubectl" apply -f "$dev_dir/crds.yaml" >/dev/null

@@ -61,7 +61,10 @@ impl Pki {
             .push(DnType::CommonName, "kube-apiserver");
         serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let serving_key = KeyPair::generate()?;
-        write(&pki.serving_cert, &serving.signed_by(&serving_key, &ca)?.pem())?;
+        write(
+            &pki.serving_cert,
+            &serving.signed_by(&serving_key, &ca)?.pem(),
+        )?;
         write(&pki.serving_key, &serving_key.serialize_pem())?;
 
         let mut admin = CertificateParams::new(Vec::<String>::new())?;
@@ -77,7 +80,10 @@ impl Pki {
         write(&pki.admin_key, &admin_key.serialize_pem())?;
 
         let service_account_key = KeyPair::generate()?;
-        write(&pki.service_account_key, &service_account_key.serialize_pem())?;
+        write(
+            &pki.service_account_key,
+            &service_account_key.serialize_pem(),
+        )?;
         write(
             &pki.service_account_public_key,
             &service_account_key.public_key_pem(),

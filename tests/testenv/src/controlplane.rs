@@ -14,7 +14,8 @@ use crate::{Error, k8s_bin_dir};
 
 /// Controllers run by kube-controller-manager: ownerReference garbage collection, namespace
 /// deletion, and the `default` ServiceAccount every namespace needs before Pods can be created.
-const CONTROLLERS: &str = "garbage-collector-controller,namespace-controller,serviceaccount-controller";
+const CONTROLLERS: &str =
+    "garbage-collector-controller,namespace-controller,serviceaccount-controller";
 
 /// How to launch the control plane.
 #[derive(Debug, Clone)]
@@ -129,8 +130,10 @@ impl ControlPlane {
         let mut command = Command::new(self.bin_dir.join(name));
         command.args(args);
         let log = self.data_dir().join(format!("{name}.log"));
-        let guard = ProcessGuard::spawn(name, command, &log)
-            .map_err(Error::io(format!("starting {}", self.bin_dir.join(name).display())))?;
+        let guard = ProcessGuard::spawn(name, command, &log).map_err(Error::io(format!(
+            "starting {}",
+            self.bin_dir.join(name).display()
+        )))?;
         self.processes.push(guard);
         Ok(())
     }
@@ -259,8 +262,8 @@ pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, Error> 
     // kube's rustls setup needs a process-wide crypto provider; ring is the workspace's.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let kubeconfig = Kubeconfig::read_from(path)?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     kube::Client::try_from(config).map_err(Error::kube("building a client"))
 }
 

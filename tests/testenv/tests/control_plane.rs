@@ -36,11 +36,22 @@ fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
 async fn serves_the_pinned_release_with_rbac_and_controllers() {
     let cp = ControlPlane::start().await.unwrap();
     let client = cp.client().await.unwrap();
-    assert_eq!(client.apiserver_version().await.unwrap().git_version, "v1.35.4");
+    assert_eq!(
+        client.apiserver_version().await.unwrap().git_version,
+        "v1.35.4"
+    );
 
     // The real kubectl, with the admin kubeconfig, reaches the same server.
-    let out = cp.kubectl().args(["version", "-o", "json"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = cp
+        .kubectl()
+        .args(["version", "-o", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let version: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(version["serverVersion"]["gitVersion"], "v1.35.4");
     assert_eq!(version["clientVersion"]["gitVersion"], "v1.35.4");
@@ -57,7 +68,10 @@ async fn serves_the_pinned_release_with_rbac_and_controllers() {
     // Garbage collection: a ConfigMap owned by another goes when its owner goes.
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let owner = config_maps
-        .create(&PostParams::default(), &object(serde_json::json!({"metadata": {"name": "owner"}})))
+        .create(
+            &PostParams::default(),
+            &object(serde_json::json!({"metadata": {"name": "owner"}})),
+        )
         .await
         .unwrap();
     let owned: ConfigMap = object(serde_json::json!({"metadata": {
@@ -65,8 +79,14 @@ async fn serves_the_pinned_release_with_rbac_and_controllers() {
         "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
                              "uid": owner.metadata.uid}],
     }}));
-    config_maps.create(&PostParams::default(), &owned).await.unwrap();
-    config_maps.delete("owner", &DeleteParams::default()).await.unwrap();
+    config_maps
+        .create(&PostParams::default(), &owned)
+        .await
+        .unwrap();
+    config_maps
+        .delete("owner", &DeleteParams::default())
+        .await
+        .unwrap();
     eventually("the owned ConfigMap to be collected", || async {
         matches!(config_maps.get("owned").await, Err(kube::Error::Api(e)) if e.code == 404)
             .then_some(())
@@ -76,14 +96,23 @@ async fn serves_the_pinned_release_with_rbac_and_controllers() {
     // Namespace deletion completes (the namespace controller empties and finalizes it).
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
-        .create(&PostParams::default(), &object(serde_json::json!({"metadata": {"name": "doomed"}})))
+        .create(
+            &PostParams::default(),
+            &object(serde_json::json!({"metadata": {"name": "doomed"}})),
+        )
         .await
         .unwrap();
     Api::<ConfigMap>::namespaced(client.clone(), "doomed")
-        .create(&PostParams::default(), &object(serde_json::json!({"metadata": {"name": "x"}})))
+        .create(
+            &PostParams::default(),
+            &object(serde_json::json!({"metadata": {"name": "x"}})),
+        )
         .await
         .unwrap();
-    namespaces.delete("doomed", &DeleteParams::default()).await.unwrap();
+    namespaces
+        .delete("doomed", &DeleteParams::default())
+        .await
+        .unwrap();
     eventually("the namespace to be deleted", || async {
         matches!(namespaces.get("doomed").await, Err(kube::Error::Api(e)) if e.code == 404)
             .then_some(())
@@ -100,7 +129,9 @@ async fn panicking_child() {
     let pid_file = std::env::var(PID_FILE_ENV).expect("run by the parent test");
     let cp = ControlPlane::start().await.unwrap();
     let client = cp.client().await.unwrap();
-    let kubelet = TestKubelet::start(client.clone(), Default::default()).await.unwrap();
+    let kubelet = TestKubelet::start(client.clone(), Default::default())
+        .await
+        .unwrap();
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let pod: Pod = object(serde_json::json!({
         "metadata": {"name": "doomed"},
@@ -131,12 +162,19 @@ fn a_panicking_test_leaves_no_process_behind() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&child.stdout);
-    assert!(!child.status.success(), "the child test must fail: {stdout}");
+    assert!(
+        !child.status.success(),
+        "the child test must fail: {stdout}"
+    );
     assert!(stdout.contains("panicking_child ... FAILED"), "{stdout}");
 
     let pids = std::fs::read_to_string(pid_file.path()).unwrap();
     let pids: Vec<&str> = pids.lines().collect();
-    assert_eq!(pids.len(), 4, "etcd, kube-apiserver, kube-controller-manager, valkey-server");
+    assert_eq!(
+        pids.len(),
+        4,
+        "etcd, kube-apiserver, kube-controller-manager, valkey-server"
+    );
     let started = Instant::now();
     let survivors = loop {
         let alive: Vec<&str> = pids

@@ -74,7 +74,14 @@ async fn ready_pod(pods: &Api<Pod>, name: &str) -> Pod {
 }
 
 fn pod_ip(pod: &Pod) -> Ipv4Addr {
-    pod.status.as_ref().unwrap().pod_ip.as_ref().unwrap().parse().unwrap()
+    pod.status
+        .as_ref()
+        .unwrap()
+        .pod_ip
+        .as_ref()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 async fn valkey(ip: Ipv4Addr) -> redis::aio::MultiplexedConnection {
@@ -116,7 +123,10 @@ async fn pods_run_as_valkey_servers_on_their_own_addresses_until_deleted() {
     for ip in [old_ip, new_ip] {
         assert!(ip.is_loopback() && ip != Ipv4Addr::LOCALHOST, "{ip}");
     }
-    assert_eq!(old.spec.as_ref().unwrap().node_name.as_deref(), Some(kubelet.node_name()));
+    assert_eq!(
+        old.spec.as_ref().unwrap().node_name.as_deref(),
+        Some(kubelet.node_name())
+    );
     let pong: String = redis::cmd("PING")
         .query_async(&mut valkey(new_ip).await)
         .await
@@ -131,7 +141,10 @@ async fn pods_run_as_valkey_servers_on_their_own_addresses_until_deleted() {
         .query_async(&mut valkey(new_ip).await)
         .await
         .unwrap();
-    assert_eq!(announced, vec!["cluster-announce-ip".to_string(), new_ip.to_string()]);
+    assert_eq!(
+        announced,
+        vec!["cluster-announce-ip".to_string(), new_ip.to_string()]
+    );
 
     let pid = kubelet.pod_process("default", "new").unwrap().pid.unwrap();
     assert!(process_alive(pid));
@@ -140,11 +153,18 @@ async fn pods_run_as_valkey_servers_on_their_own_addresses_until_deleted() {
         matches!(pods.get("new").await, Err(kube::Error::Api(e)) if e.code == 404).then_some(())
     })
     .await;
-    eventually("the process to stop", || async { (!process_alive(pid)).then_some(()) }).await;
+    eventually("the process to stop", || async {
+        (!process_alive(pid)).then_some(())
+    })
+    .await;
     assert_eq!(kubelet.pod_process("default", "new"), None);
     // The address is free again: nothing holds its Valkey port any more.
     TcpListener::bind((new_ip, 6379)).expect("the deleted Pod's address is free");
-    assert_eq!(server_version(old_ip).await, "9.0.0", "the other Pod is untouched");
+    assert_eq!(
+        server_version(old_ip).await,
+        "9.0.0",
+        "the other Pod is untouched"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,7 +173,11 @@ async fn a_crashed_server_is_reported_and_restarted_on_the_same_address() {
     let (pods, kubelet) = started(&cp).await;
     create(&pods, &valkey_pod("crashy", "valkey/valkey:9.1.2")).await;
     let before = ready_pod(&pods, "crashy").await;
-    let pid = kubelet.pod_process("default", "crashy").unwrap().pid.unwrap();
+    let pid = kubelet
+        .pod_process("default", "crashy")
+        .unwrap()
+        .pid
+        .unwrap();
     std::process::Command::new("kill")
         .args(["-KILL", &pid.to_string()])
         .status()
@@ -161,15 +185,29 @@ async fn a_crashed_server_is_reported_and_restarted_on_the_same_address() {
 
     let after = eventually("the restart to be reported", || async {
         let pod = pods.get("crashy").await.ok()?;
-        let status = pod.status.as_ref()?.container_statuses.as_ref()?.first()?.clone();
+        let status = pod
+            .status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .first()?
+            .clone();
         (status.restart_count == 1 && status.ready).then_some((pod, status))
     })
     .await;
     let (pod, status) = after;
     let last = status.last_state.unwrap().terminated.unwrap();
     assert_eq!(last.exit_code, 137, "SIGKILL shows as 128 + 9");
-    assert_eq!(pod_ip(&pod), pod_ip(&before), "a restart keeps the Pod's address");
-    let new_pid = kubelet.pod_process("default", "crashy").unwrap().pid.unwrap();
+    assert_eq!(
+        pod_ip(&pod),
+        pod_ip(&before),
+        "a restart keeps the Pod's address"
+    );
+    let new_pid = kubelet
+        .pod_process("default", "crashy")
+        .unwrap()
+        .pid
+        .unwrap();
     assert_ne!(new_pid, pid);
     assert_eq!(server_version(pod_ip(&pod)).await, "9.1.2");
 }
@@ -181,7 +219,13 @@ async fn an_image_without_a_binary_stays_pending_with_a_pull_error() {
     create(&pods, &valkey_pod("ancient", "valkey/valkey:0.0.1")).await;
     let waiting = eventually("an image pull failure to be reported", || async {
         let pod = pods.get("ancient").await.ok()?;
-        let status = pod.status.as_ref()?.container_statuses.as_ref()?.first()?.clone();
+        let status = pod
+            .status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .first()?
+            .clone();
         let waiting = status.state?.waiting?;
         (waiting.reason.as_deref() == Some("ImagePullBackOff")).then_some((pod, waiting))
     })
@@ -193,7 +237,16 @@ async fn an_image_without_a_binary_stays_pending_with_a_pull_error() {
     );
     let status = pod.status.unwrap();
     assert_eq!(status.phase.as_deref(), Some("Pending"));
-    let ready = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap();
+    let ready = status
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
     assert_eq!(ready.status, "False");
-    assert!(kubelet.pod_process("default", "ancient").is_none_or(|p| p.pid.is_none()));
+    assert!(
+        kubelet
+            .pod_process("default", "ancient")
+            .is_none_or(|p| p.pid.is_none())
+    );
 }

@@ -95,7 +95,7 @@ pub fn map_mounts(arg: &str, mounts: &[(String, PathBuf)]) -> String {
         .filter_map(|(mount, host)| {
             let mount = mount.trim_end_matches('/');
             let rest = arg.strip_prefix(mount)?;
-            (rest.is_empty() || rest.starts_with('/')).then(|| (mount.len(), host, rest))
+            (rest.is_empty() || rest.starts_with('/')).then_some((mount.len(), host, rest))
         })
         .max_by_key(|(len, _, _)| *len)
         .map(|(_, host, rest)| format!("{}{rest}", host.display()))
@@ -124,7 +124,10 @@ mod tests {
 
     #[test]
     fn versions_come_from_the_tag() {
-        assert_eq!(valkey_version("valkey/valkey:9.1.2").as_deref(), Some("9.1.2"));
+        assert_eq!(
+            valkey_version("valkey/valkey:9.1.2").as_deref(),
+            Some("9.1.2")
+        );
         assert_eq!(
             valkey_version("docker.io/valkey/valkey:9.0.0-alpine").as_deref(),
             Some("9.0.0")
@@ -163,7 +166,10 @@ mod tests {
             strings(&["valkey-server", "--port", "6379"])
         );
         assert_eq!(
-            argv(&strings(&["docker-entrypoint.sh"]), &strings(&["/etc/valkey.conf"])),
+            argv(
+                &strings(&["docker-entrypoint.sh"]),
+                &strings(&["/etc/valkey.conf"])
+            ),
             strings(&["valkey-server", "/etc/valkey.conf"])
         );
         assert_eq!(
@@ -179,11 +185,20 @@ mod tests {
     fn mount_paths_map_to_pod_folders() {
         let mounts = vec![
             ("/data".to_string(), PathBuf::from("/pod/volumes/data")),
-            ("/data/conf/".to_string(), PathBuf::from("/pod/volumes/conf")),
+            (
+                "/data/conf/".to_string(),
+                PathBuf::from("/pod/volumes/conf"),
+            ),
         ];
         assert_eq!(map_mounts("/data", &mounts), "/pod/volumes/data");
-        assert_eq!(map_mounts("/data/x.rdb", &mounts), "/pod/volumes/data/x.rdb");
-        assert_eq!(map_mounts("/data/conf/a.conf", &mounts), "/pod/volumes/conf/a.conf");
+        assert_eq!(
+            map_mounts("/data/x.rdb", &mounts),
+            "/pod/volumes/data/x.rdb"
+        );
+        assert_eq!(
+            map_mounts("/data/conf/a.conf", &mounts),
+            "/pod/volumes/conf/a.conf"
+        );
         assert_eq!(map_mounts("/database", &mounts), "/database");
         assert_eq!(map_mounts("--port", &mounts), "--port");
     }
@@ -191,6 +206,9 @@ mod tests {
     #[test]
     fn port_comes_from_argv() {
         assert_eq!(valkey_port(&strings(&["valkey-server"])), 6379);
-        assert_eq!(valkey_port(&strings(&["valkey-server", "--port", "7000"])), 7000);
+        assert_eq!(
+            valkey_port(&strings(&["valkey-server", "--port", "7000"])),
+            7000
+        );
     }
 }

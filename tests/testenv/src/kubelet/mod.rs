@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -163,9 +163,8 @@ async fn register_node(client: &kube::Client, options: &KubeletOptions) -> Resul
         }
         Err(e) => return Err(Error::kube(format!("creating Node {name}"))(e)),
     }
-    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        k8s_openapi::jiff::Timestamp::now(),
-    );
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
     let status = json!({"status": {
         "conditions": [{
             "type": "Ready", "status": "True", "reason": "KubeletReady",
@@ -204,7 +203,12 @@ async fn watch_pods(shared: Arc<Shared>) {
     while let Some(event) = events.next().await {
         match event {
             Ok(Event::Apply(pod) | Event::InitApply(pod)) => {
-                if pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none() {
+                if pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_none()
+                {
                     bind(&shared, &pod).await;
                 } else if is_ours(&shared, &pod) {
                     let uid = pod.metadata.uid.clone().unwrap_or_default();

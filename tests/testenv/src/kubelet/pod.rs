@@ -110,7 +110,10 @@ impl PodWorker {
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let dir = shared.pods_dir.path().join(format!("{namespace}_{name}_{uid}"));
+        let dir = shared
+            .pods_dir
+            .path()
+            .join(format!("{namespace}_{name}_{uid}"));
         Self {
             shared,
             namespace,
@@ -254,7 +257,10 @@ impl PodWorker {
         process
             .args(&argv[1..])
             .env_clear()
-            .env("PATH", format!("{}:/usr/local/bin:/usr/bin:/bin", server_dir.display()))
+            .env(
+                "PATH",
+                format!("{}:/usr/local/bin:/usr/bin:/bin", server_dir.display()),
+            )
             .env("HOME", &self.dir)
             .env("HOSTNAME", &self.name)
             .envs(&env)
@@ -307,10 +313,12 @@ impl PodWorker {
                 (None, Some(from)) => {
                     if let Some(field) = &from.field_ref {
                         field_value(pod, &field.field_path, ip, &self.shared.options.node_name)
-                            .ok_or_else(|| config_error(format!(
-                                "env {}: unsupported fieldRef {}",
-                                var.name, field.field_path
-                            )))?
+                            .ok_or_else(|| {
+                                config_error(format!(
+                                    "env {}: unsupported fieldRef {}",
+                                    var.name, field.field_path
+                                ))
+                            })?
                     } else if let Some(key) = &from.config_map_key_ref {
                         let data = self.config_map(&key.name).await?;
                         data.get(&key.key).cloned().ok_or_else(|| {
@@ -380,15 +388,19 @@ impl PodWorker {
             write_files(&dir, &files)
                 .map_err(|e| config_error(format!("volume {}: {e}", volume.name)))?;
         }
-        Ok((container.volume_mounts.clone().unwrap_or_default().into_iter())
-            .map(|mount| {
-                let mut host = volumes_dir.join(&mount.name);
-                if let Some(sub) = mount.sub_path.filter(|s| !s.is_empty()) {
-                    host = host.join(sub);
-                }
-                (mount.mount_path, host)
-            })
-            .collect())
+        Ok((container
+            .volume_mounts
+            .clone()
+            .unwrap_or_default()
+            .into_iter())
+        .map(|mount| {
+            let mut host = volumes_dir.join(&mount.name);
+            if let Some(sub) = mount.sub_path.filter(|s| !s.is_empty()) {
+                host = host.join(sub);
+            }
+            (mount.mount_path, host)
+        })
+        .collect())
     }
 
     /// Notices an exited process: restarts it later or leaves it down, per restartPolicy.
@@ -474,7 +486,11 @@ impl PodWorker {
             Phase::Waiting {
                 reason, message, ..
             } => (
-                if self.starts > 0 { "Running" } else { "Pending" },
+                if self.starts > 0 {
+                    "Running"
+                } else {
+                    "Pending"
+                },
                 ContainerState {
                     waiting: Some(ContainerStateWaiting {
                         reason: Some(reason.clone()),
@@ -493,7 +509,11 @@ impl PodWorker {
                 },
             ),
             Phase::Terminated(t) => (
-                if t.exit_code == 0 { "Succeeded" } else { "Failed" },
+                if t.exit_code == 0 {
+                    "Succeeded"
+                } else {
+                    "Failed"
+                },
                 ContainerState {
                     terminated: Some(t.clone()),
                     ..Default::default()
@@ -502,15 +522,14 @@ impl PodWorker {
         };
         let ready = if self.ready { "True" } else { "False" };
         let not_ready_reason = (!self.ready).then(|| "ContainersNotReady".to_string());
-        let condition = |type_: &str, status: &str, at: &Time, reason: Option<String>| {
-            PodCondition {
+        let condition =
+            |type_: &str, status: &str, at: &Time, reason: Option<String>| PodCondition {
                 type_: type_.into(),
                 status: status.into(),
                 last_transition_time: Some(at.clone()),
                 reason,
                 ..Default::default()
-            }
-        };
+            };
         let ip = self.ip().map(|ip| ip.to_string());
         PodStatus {
             phase: Some(phase.into()),
@@ -521,7 +540,12 @@ impl PodWorker {
             conditions: Some(vec![
                 condition("PodScheduled", "True", &self.scheduled_at, None),
                 condition("Initialized", "True", &self.scheduled_at, None),
-                condition("ContainersReady", ready, &self.ready_changed_at, not_ready_reason.clone()),
+                condition(
+                    "ContainersReady",
+                    ready,
+                    &self.ready_changed_at,
+                    not_ready_reason.clone(),
+                ),
                 condition("Ready", ready, &self.ready_changed_at, not_ready_reason),
             ]),
             container_statuses: container.map(|c| {
@@ -547,7 +571,11 @@ impl PodWorker {
 
     fn pid(&self) -> Option<u32> {
         let slots = self.shared.slots();
-        slots.get(&self.uid)?.process.as_ref().map(ProcessGuard::pid)
+        slots
+            .get(&self.uid)?
+            .process
+            .as_ref()
+            .map(ProcessGuard::pid)
     }
 
     /// The Pod is being deleted: stop the process within its grace period, free the
