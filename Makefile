@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CACHE ?= $(HOME)/.cache/valkey-operator
 export VALKEY_BIN_ROOT := $(CACHE)/valkey
 
-.PHONY: test lint crds tools valkey-bins
+.PHONY: test lint crds tools valkey-bins k8s-bins dev
 
 ## test: fetch/build what the tests need, then run every test of the workspace.
 ## (Benchmarks are compiled by `make lint` but not run here: they print figures, they do not test.)
@@ -21,7 +21,15 @@ crds:
 	cargo run --quiet -- crd > charts/valkey-operator/crds/crds.yaml
 
 ## tools: real parts the tests run against, cached by version.
-tools: valkey-bins
+tools: valkey-bins k8s-bins
 
 valkey-bins:
 	hack/fetch-valkey.sh 9.0.0 9.1.2 >/dev/null
+
+## k8s-bins: etcd, kube-apiserver, kube-controller-manager, kubectl, helm (built once, ~25 min cold).
+k8s-bins:
+	hack/build-k8s.sh >/dev/null
+
+## dev: run the operator against a local control plane with samples applied (Ctrl-C stops).
+dev:
+	hack/dev.sh

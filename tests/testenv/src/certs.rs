@@ -1,0 +1,100 @@
+//! The control plane's PKI, made fresh per launch: a CA, the API server's serving
+//! certificate, an admin client certificate (group `system:masters`, so RBAC lets it do
+//! anything) and the service-account signing key.
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+
+use crate::Error;
+
+/// Where the generated files live (all PEM).
+#[derive(Debug, Clone)]
+pub struct Pki {
+    pub ca_cert: PathBuf,
+    pub serving_cert: PathBuf,
+    pub serving_key: PathBuf,
+    pub admin_cert: PathBuf,
+    pub admin_key: PathBuf,
+    pub service_account_key: PathBuf,
+    pub service_account_public_key: PathBuf,
+}
+
+impl Pki {
+    /// Generates every key and certificate into `dir`.
+    pub fn generate(dir: &Path) -> Result<Self, Error> {
+        let pki = Pki {
+            ca_cert: dir.join("ca.crt"),
+            serving_cert: dir.join("apiserver.crt"),
+            serving_key: dir.join("apiserver.key"),
+            admin_cert: dir.join("admin.crt"),
+            admin_key: dir.join("admin.key"),
+            service_account_key: dir.join("service-account.key"),
+            service_account_public_key: dir.join("service-account.pub"),
+        };
+
+        let ca_key = KeyPair::generate()?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params
+            .distinguished_name
+            .push(DnType::CommonName, "testenv-ca");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let ca_cert = ca_params.self_signed(&ca_key)?;
+        let ca = Issuer::new(ca_params, ca_key);
+        write(&pki.ca_cert, &ca_cert.pem())?;
+
+        // The service IP 10.0.0.1 is what in-cluster clients would use for `kubernetes`.
+        let mut serving = CertificateParams::new(vec![
+            "127.0.0.1".to_string(),
+            "localhost".to_string(),
+            "10.0.0.1".to_string(),
+            "kubernetes".to_string(),
+            "kubernetes.default".to_string(),
+            "kubernetes.default.svc".to_string(),
+        ])?;
+        serving
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
+        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let serving_key = KeyPair::generate()?;
+        write(
+            &pki.serving_cert,
+            &serving.signed_by(&serving_key, &ca)?.pem(),
+        )?;
+        write(&pki.serving_key, &serving_key.serialize_pem())?;
+
+        let mut admin = CertificateParams::new(Vec::<String>::new())?;
+        admin
+            .distinguished_name
+            .push(DnType::CommonName, "testenv-admin");
+        admin
+            .distinguished_name
+            .push(DnType::OrganizationName, "system:masters");
+        admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let admin_key = KeyPair::generate()?;
+        write(&pki.admin_cert, &admin.signed_by(&admin_key, &ca)?.pem())?;
+        write(&pki.admin_key, &admin_key.serialize_pem())?;
+
+        let service_account_key = KeyPair::generate()?;
+        write(
+            &pki.service_account_key,
+            &service_account_key.serialize_pem(),
+        )?;
+        write(
+            &pki.service_account_public_key,
+            &service_account_key.public_key_pem(),
+        )?;
+        Ok(pki)
+    }
+}
+
+fn write(path: &Path, pem: &str) -> Result<(), Error> {
+    std::fs::write(path, pem).map_err(|source| Error::Io {
+        what: format!("writing {}", path.display()),
+        source,
+    })
+}

@@ -1,0 +1,252 @@
+//! The test kubelet against a real control plane: Pods created through the API become live
+//! valkey-server processes on their own addresses, are restarted when they crash, report
+//! image pull failures, and are stopped and removed when deleted.
+
+use std::future::Future;
+use std::net::{Ipv4Addr, TcpListener};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+use testenv::{ControlPlane, TestKubelet};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Polls `check` until it yields a value; panics with `what` after `DEADLINE`.
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(started.elapsed() < DEADLINE, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A Pod as an operator would write it: the address comes from the downward API.
+fn valkey_pod(name: &str, image: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"containers": [{
+            "name": "valkey",
+            "image": image,
+            "args": ["--bind", "$(POD_IP)", "--port", "6379", "--cluster-enabled", "yes",
+                     "--cluster-announce-ip", "$(POD_IP)", "--save", ""],
+            "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        }]},
+    }))
+    .unwrap()
+}
+
+async fn started(cp: &ControlPlane) -> (Api<Pod>, TestKubelet) {
+    let client = cp.client().await.unwrap();
+    let kubelet = TestKubelet::start(client.clone(), Default::default())
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    (pods, kubelet)
+}
+
+/// Creates the Pod, retrying while the namespace's `default` ServiceAccount (made by
+/// kube-controller-manager) does not exist yet.
+async fn create(pods: &Api<Pod>, pod: &Pod) {
+    eventually("the Pod to be accepted", || async {
+        pods.create(&PostParams::default(), pod).await.ok()
+    })
+    .await;
+}
+
+async fn ready_pod(pods: &Api<Pod>, name: &str) -> Pod {
+    eventually(&format!("Pod {name} to be Ready"), || async {
+        let pod = pods.get(name).await.ok()?;
+        let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+        conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(pod)
+    })
+    .await
+}
+
+fn pod_ip(pod: &Pod) -> Ipv4Addr {
+    pod.status
+        .as_ref()
+        .unwrap()
+        .pod_ip
+        .as_ref()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+async fn valkey(ip: Ipv4Addr) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://{ip}:6379/"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+async fn server_version(ip: Ipv4Addr) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut valkey(ip).await)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("valkey_version:"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn process_alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_run_as_valkey_servers_on_their_own_addresses_until_deleted() {
+    let cp = ControlPlane::start().await.unwrap();
+    let (pods, kubelet) = started(&cp).await;
+    create(&pods, &valkey_pod("old", "valkey/valkey:9.0.0")).await;
+    create(&pods, &valkey_pod("new", "docker.io/valkey/valkey:9.1.2")).await;
+    let old = ready_pod(&pods, "old").await;
+    let new = ready_pod(&pods, "new").await;
+
+    let (old_ip, new_ip) = (pod_ip(&old), pod_ip(&new));
+    assert_ne!(old_ip, new_ip, "each Pod has its own address");
+    for ip in [old_ip, new_ip] {
+        assert!(ip.is_loopback() && ip != Ipv4Addr::LOCALHOST, "{ip}");
+    }
+    assert_eq!(
+        old.spec.as_ref().unwrap().node_name.as_deref(),
+        Some(kubelet.node_name())
+    );
+    let pong: String = redis::cmd("PING")
+        .query_async(&mut valkey(new_ip).await)
+        .await
+        .unwrap();
+    assert_eq!(pong, "PONG");
+    assert_eq!(server_version(old_ip).await, "9.0.0");
+    assert_eq!(server_version(new_ip).await, "9.1.2");
+    // $(POD_IP) was expanded from the downward API into the server's own settings.
+    let announced: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("cluster-announce-ip")
+        .query_async(&mut valkey(new_ip).await)
+        .await
+        .unwrap();
+    assert_eq!(
+        announced,
+        vec!["cluster-announce-ip".to_string(), new_ip.to_string()]
+    );
+
+    let pid = kubelet.pod_process("default", "new").unwrap().pid.unwrap();
+    assert!(process_alive(pid));
+    pods.delete("new", &DeleteParams::default()).await.unwrap();
+    eventually("the Pod object to be removed", || async {
+        matches!(pods.get("new").await, Err(kube::Error::Api(e)) if e.code == 404).then_some(())
+    })
+    .await;
+    eventually("the process to stop", || async {
+        (!process_alive(pid)).then_some(())
+    })
+    .await;
+    assert_eq!(kubelet.pod_process("default", "new"), None);
+    // The address is free again: nothing holds its Valkey port any more.
+    TcpListener::bind((new_ip, 6379)).expect("the deleted Pod's address is free");
+    assert_eq!(
+        server_version(old_ip).await,
+        "9.0.0",
+        "the other Pod is untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_server_is_reported_and_restarted_on_the_same_address() {
+    let cp = ControlPlane::start().await.unwrap();
+    let (pods, kubelet) = started(&cp).await;
+    create(&pods, &valkey_pod("crashy", "valkey/valkey:9.1.2")).await;
+    let before = ready_pod(&pods, "crashy").await;
+    let pid = kubelet
+        .pod_process("default", "crashy")
+        .unwrap()
+        .pid
+        .unwrap();
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+
+    let after = eventually("the restart to be reported", || async {
+        let pod = pods.get("crashy").await.ok()?;
+        let status = pod
+            .status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .first()?
+            .clone();
+        (status.restart_count == 1 && status.ready).then_some((pod, status))
+    })
+    .await;
+    let (pod, status) = after;
+    let last = status.last_state.unwrap().terminated.unwrap();
+    assert_eq!(last.exit_code, 137, "SIGKILL shows as 128 + 9");
+    assert_eq!(
+        pod_ip(&pod),
+        pod_ip(&before),
+        "a restart keeps the Pod's address"
+    );
+    let new_pid = kubelet
+        .pod_process("default", "crashy")
+        .unwrap()
+        .pid
+        .unwrap();
+    assert_ne!(new_pid, pid);
+    assert_eq!(server_version(pod_ip(&pod)).await, "9.1.2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_without_a_binary_stays_pending_with_a_pull_error() {
+    let cp = ControlPlane::start().await.unwrap();
+    let (pods, kubelet) = started(&cp).await;
+    create(&pods, &valkey_pod("ancient", "valkey/valkey:0.0.1")).await;
+    let waiting = eventually("an image pull failure to be reported", || async {
+        let pod = pods.get("ancient").await.ok()?;
+        let status = pod
+            .status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .first()?
+            .clone();
+        let waiting = status.state?.waiting?;
+        (waiting.reason.as_deref() == Some("ImagePullBackOff")).then_some((pod, waiting))
+    })
+    .await;
+    let (pod, waiting) = waiting;
+    assert!(
+        waiting.message.unwrap().contains("no valkey-server 0.0.1"),
+        "the message says what is missing"
+    );
+    let status = pod.status.unwrap();
+    assert_eq!(status.phase.as_deref(), Some("Pending"));
+    let ready = status
+        .conditions
+        .unwrap()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "False");
+    assert!(
+        kubelet
+            .pod_process("default", "ancient")
+            .is_none_or(|p| p.pid.is_none())
+    );
+}
