@@ -69,13 +69,13 @@ log "starting the operator on https://127.0.0.1:$port"
 	>"$dev_dir/operator.log" 2>&1 &
 operator_pid=$!
 for _ in $(seq 1 150); do
-	curl -sf --cacert "$dev_dir/certs/ca.crt" "https://127.0.0.1:$port/healthz" >/dev/null && break
+	curl -sf --cacert "$dev_dir/certs/ca.crt" "https://127.0.0.1:$port/readyz" >/dev/null && break
 	kill -0 "$operator_pid" 2>/dev/null || die "the operator exited:
 $(tail -n 30 "$dev_dir/operator.log")"
 	sleep 0.2
 done
-curl -sf --cacert "$dev_dir/certs/ca.crt" "https://127.0.0.1:$port/healthz" >/dev/null \
-	|| die "the operator did not answer /healthz within 30s (see .dev/operator.log)"
+curl -sf --cacert "$dev_dir/certs/ca.crt" "https://127.0.0.1:$port/readyz" >/dev/null \
+	|| die "the operator was not ready (/readyz) within 30s (see .dev/operator.log)"
 
 log "registering the validating webhook"
 "$operator" webhook-config --url "https://127.0.0.1:$port" --ca-file "$dev_dir/certs/ca.crt" \
