@@ -10,6 +10,7 @@ pub mod fleet;
 pub mod metrics;
 pub mod resolve;
 pub mod server;
+pub mod setting_impact;
 pub mod settings;
 pub mod tls;
 pub mod webhook_config;

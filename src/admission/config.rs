@@ -11,39 +11,7 @@ use super::{Policy, Review, Verdict, clip, plural, some_of};
 use crate::api::{ValkeyConfig, annotations};
 use crate::fleet::Fleet;
 use crate::resolve::{self, ResolveError, WithConfig};
-
-/// Valkey settings the operator sets itself on every node; a config may not override them.
-const OWNED_SETTINGS: &[&str] = &[
-    "port",
-    "bind",
-    "dir",
-    "daemonize",
-    "supervised",
-    "pidfile",
-    "logfile",
-    "include",
-    "protected-mode",
-    "cluster-enabled",
-    "cluster-config-file",
-    "cluster-port",
-    "replicaof",
-    "slaveof",
-    "masterauth",
-    "masteruser",
-    "requirepass",
-    "aclfile",
-    "unixsocket",
-    "unixsocketperm",
-];
-
-/// Prefixes of operator-owned settings (the node's announced address, TLS).
-const OWNED_PREFIXES: &[&str] = &["cluster-announce-", "tls-"];
-
-fn is_owned(setting: &str) -> bool {
-    let setting = setting.to_ascii_lowercase();
-    OWNED_SETTINGS.contains(&setting.as_str())
-        || OWNED_PREFIXES.iter().any(|p| setting.starts_with(p))
-}
+use crate::setting_impact::is_operator_owned;
 
 fn is_setting_name(setting: &str) -> bool {
     !setting.is_empty()
@@ -79,7 +47,7 @@ fn validate_spec(
         .valkey
         .keys()
         .map(String::as_str)
-        .filter(|k| is_owned(k))
+        .filter(|k| is_operator_owned(k))
         .collect();
     if !owned.is_empty() {
         verdict.deny(format!(
@@ -200,27 +168,5 @@ fn validate_delete(name: &str, fleet: &Fleet, verdict: &mut Verdict) {
             "ValkeyConfig {name} cannot be deleted while it is used by {}; move them to another config first",
             users.join(" and ")
         ));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn owned_settings_are_recognised() {
-        for owned in [
-            "port",
-            "bind",
-            "cluster-announce-ip",
-            "tls-port",
-            "Daemonize",
-            "aclfile",
-        ] {
-            assert!(is_owned(owned), "{owned}");
-        }
-        for free in ["maxmemory", "maxmemory-policy", "hz", "appendonly"] {
-            assert!(!is_owned(free), "{free}");
-        }
     }
 }
