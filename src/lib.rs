@@ -6,6 +6,7 @@ pub mod api;
 pub mod caches;
 pub mod certs;
 pub mod cli;
+pub mod controller;
 pub mod fleet;
 pub mod metrics;
 pub mod resolve;

@@ -1,0 +1,693 @@
+//! What the controller creates for a cluster, rendered purely from the ValkeyCluster and its
+//! effective config: the revision that decides which nodes are outdated, ValkeyNodes, their
+//! Pods, the headless Service and the PodDisruptionBudget. No I/O here.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements, Service, ServicePort,
+    ServiceSpec, TCPSocketAction, TopologySpreadConstraint, Volume, VolumeMount,
+};
+use k8s_openapi::api::core::v1::{
+    NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::api::{
+    NodeRole, ValkeyCluster, ValkeyClusterSpec, ValkeyNode, ValkeyNodeSpec, ZoneSpread, labels,
+};
+use crate::resolve::EffectiveConfig;
+use crate::setting_impact::needs_restart;
+
+/// The client port every node listens on (its own Pod IP).
+pub const VALKEY_PORT: i32 = 6379;
+/// The cluster bus port (client port + 10000).
+pub const BUS_PORT: i32 = 16379;
+/// The Valkey container's name.
+pub const CONTAINER: &str = "valkey";
+/// Where the node keeps `nodes.conf` and its data.
+pub const DATA_DIR: &str = "/data";
+/// The annotation on Pods and ValkeyNodes that records the revision they were created from.
+pub const REVISION_ANNOTATION: &str = "valkey.gomomento.com/revision";
+/// The label naming a Pod's ValkeyNode.
+pub const NODE_LABEL: &str = "valkey.gomomento.com/node";
+
+const ZONE_KEY: &str = "topology.kubernetes.io/zone";
+const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
+
+/// Everything in the effective config and cluster spec that forces a node to be replaced.
+/// Live-applicable settings, podAnnotations, zoneSpread and scaling are deliberately absent.
+#[derive(Serialize)]
+struct RevisionInputs<'a> {
+    image: String,
+    version: &'a str,
+    cpu: Option<&'a str>,
+    memory: Option<&'a str>,
+    restart_settings: BTreeMap<&'a str, &'a str>,
+    zones: Vec<&'a str>,
+    node_selector: BTreeMap<&'a str, &'a str>,
+    tls_secret: Option<&'a str>,
+}
+
+/// Renders a cluster's objects from its spec and effective config.
+pub struct ClusterRender<'a> {
+    pub cluster: &'a ValkeyCluster,
+    pub effective: &'a EffectiveConfig,
+    /// The operator's `defaultZoneSpread`, for clusters that do not set one.
+    pub default_zone_spread: ZoneSpread,
+}
+
+impl ClusterRender<'_> {
+    fn spec(&self) -> &ValkeyClusterSpec {
+        &self.cluster.spec
+    }
+
+    fn name(&self) -> String {
+        self.cluster.name_any()
+    }
+
+    /// The revision nodes must run; a node whose revision differs is outdated.
+    pub fn revision(&self) -> String {
+        let placement = self.spec().placement.as_ref();
+        let mut zones: Vec<&str> = placement
+            .map(|p| p.zones.iter().map(String::as_str).collect())
+            .unwrap_or_default();
+        zones.sort_unstable();
+        zones.dedup();
+        let inputs = RevisionInputs {
+            image: self.effective.image.spec.reference(),
+            version: &self.effective.image.spec.version,
+            cpu: self.effective.resources.cpu.as_ref().map(|q| q.0.as_str()),
+            memory: self
+                .effective
+                .resources
+                .memory
+                .as_ref()
+                .map(|q| q.0.as_str()),
+            restart_settings: self
+                .effective
+                .valkey
+                .iter()
+                .filter(|(name, _)| needs_restart(name))
+                .map(|(name, value)| (name.as_str(), value.as_str()))
+                .collect(),
+            zones,
+            node_selector: placement
+                .map(|p| {
+                    p.node_selector
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_str()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            tls_secret: self.spec().tls.as_ref().map(|t| t.secret_ref.as_str()),
+        };
+        // Serializing plain strings and maps cannot fail; an empty input still hashes.
+        let encoded = serde_json::to_vec(&inputs).unwrap_or_default();
+        let digest = Sha256::digest(&encoded);
+        digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The settings applied live with CONFIG SET (changing them rolls nothing).
+    pub fn live_settings(&self) -> BTreeMap<String, String> {
+        self.effective
+            .valkey
+            .iter()
+            .filter(|(name, _)| !needs_restart(name))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Labels of every object of this cluster; with a shard, of that shard's objects.
+    pub fn labels(&self, shard: Option<i32>) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::from([
+            (labels::CLUSTER.to_string(), self.name()),
+            (
+                labels::MANAGED_BY.to_string(),
+                labels::MANAGED_BY_VALUE.to_string(),
+            ),
+        ]);
+        if let Some(shard) = shard {
+            labels.insert(labels::SHARD.to_string(), shard.to_string());
+        }
+        labels
+    }
+
+    fn owner(&self) -> Option<OwnerReference> {
+        self.cluster.controller_owner_ref(&())
+    }
+
+    /// A new ValkeyNode for `shard`, owned by the cluster.
+    pub fn node(&self, name: &str, shard: i32) -> ValkeyNode {
+        let revision = self.revision();
+        let mut node = ValkeyNode::new(
+            name,
+            ValkeyNodeSpec {
+                cluster: self.name(),
+                shard,
+                image: self.effective.image.spec.reference(),
+                version: self.effective.image.spec.version.clone(),
+                revision: revision.clone(),
+            },
+        );
+        node.metadata.namespace = self.cluster.namespace();
+        node.metadata.labels = Some(self.labels(Some(shard)));
+        node.metadata.owner_references = self.owner().map(|o| vec![o]);
+        node
+    }
+
+    /// The Pod that runs `node`, owned by it. `role` is the role it is created for.
+    pub fn pod(&self, node: &ValkeyNode, role: NodeRole) -> Pod {
+        let shard = node.spec.shard;
+        let mut labels = self.labels(Some(shard));
+        labels.insert(NODE_LABEL.to_string(), node.name_any());
+        labels.insert(labels::ROLE.to_string(), role_label(role).to_string());
+        let mut annotations = self.spec().pod_annotations.clone();
+        annotations.insert(REVISION_ANNOTATION.to_string(), node.spec.revision.clone());
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(node.name_any()),
+                namespace: node.namespace(),
+                labels: Some(labels),
+                annotations: Some(annotations),
+                owner_references: node.controller_owner_ref(&()).map(|o| vec![o]),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![self.container(&node.spec.image)],
+                volumes: Some(vec![Volume {
+                    name: "data".into(),
+                    empty_dir: Some(EmptyDirVolumeSource::default()),
+                    ..Default::default()
+                }]),
+                node_selector: self
+                    .spec()
+                    .placement
+                    .as_ref()
+                    .map(|p| p.node_selector.clone())
+                    .filter(|s| !s.is_empty()),
+                affinity: self.zone_affinity(),
+                topology_spread_constraints: Some(self.spread_constraints(shard)),
+                termination_grace_period_seconds: Some(30),
+                enable_service_links: Some(false),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn container(&self, image: &str) -> Container {
+        let mut args: Vec<String> = [
+            ("--port", VALKEY_PORT.to_string()),
+            ("--bind", "$(POD_IP)".to_string()),
+            ("--protected-mode", "no".to_string()),
+            ("--daemonize", "no".to_string()),
+            ("--dir", DATA_DIR.to_string()),
+            ("--cluster-enabled", "yes".to_string()),
+            ("--cluster-config-file", format!("{DATA_DIR}/nodes.conf")),
+            ("--cluster-announce-ip", "$(POD_IP)".to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_string(), value])
+        .collect();
+        for (name, value) in &self.effective.valkey {
+            args.push(format!("--{name}"));
+            args.push(value.clone());
+        }
+        let resources = &self.effective.resources;
+        let requests: BTreeMap<_, _> = [("cpu", &resources.cpu), ("memory", &resources.memory)]
+            .into_iter()
+            .filter_map(|(name, q)| q.clone().map(|q| (name.to_string(), q)))
+            .collect();
+        // Memory is limited (Valkey's maxmemory lives under it); CPU is not, to avoid throttling.
+        let limits: BTreeMap<_, _> = resources
+            .memory
+            .clone()
+            .map(|m| ("memory".to_string(), m))
+            .into_iter()
+            .collect();
+        Container {
+            name: CONTAINER.into(),
+            image: Some(image.to_string()),
+            command: Some(vec!["valkey-server".into()]),
+            args: Some(args),
+            env: Some(vec![EnvVar {
+                name: "POD_IP".into(),
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "status.podIP".into(),
+                        api_version: None,
+                    }),
+                    ..Default::default()
+                }),
+                value: None,
+            }]),
+            ports: Some(vec![
+                ContainerPort {
+                    name: Some("client".into()),
+                    container_port: VALKEY_PORT,
+                    ..Default::default()
+                },
+                ContainerPort {
+                    name: Some("bus".into()),
+                    container_port: BUS_PORT,
+                    ..Default::default()
+                },
+            ]),
+            resources: Some(ResourceRequirements {
+                requests: (!requests.is_empty()).then_some(requests),
+                limits: (!limits.is_empty()).then_some(limits),
+                ..Default::default()
+            }),
+            readiness_probe: Some(Probe {
+                tcp_socket: Some(TCPSocketAction {
+                    port: IntOrString::Int(VALKEY_PORT),
+                    host: None,
+                }),
+                period_seconds: Some(2),
+                ..Default::default()
+            }),
+            volume_mounts: Some(vec![VolumeMount {
+                name: "data".into(),
+                mount_path: DATA_DIR.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }
+    }
+
+    /// `placement.zones` as a required node affinity on the zone label.
+    fn zone_affinity(&self) -> Option<Affinity> {
+        let zones = &self.spec().placement.as_ref()?.zones;
+        if zones.is_empty() {
+            return None;
+        }
+        Some(Affinity {
+            node_affinity: Some(NodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: Some(vec![NodeSelectorRequirement {
+                            key: ZONE_KEY.into(),
+                            operator: "In".into(),
+                            values: Some(zones.clone()),
+                        }]),
+                        match_fields: None,
+                    }],
+                }),
+                preferred_during_scheduling_ignored_during_execution: None,
+            }),
+            ..Default::default()
+        })
+    }
+
+    /// A shard's nodes spread over zones (strictly in `required` mode) and, best effort, over
+    /// hosts; in `required` mode the whole cluster is also spread softly over zones.
+    fn spread_constraints(&self, shard: i32) -> Vec<TopologySpreadConstraint> {
+        let spread = self
+            .spec()
+            .placement
+            .as_ref()
+            .and_then(|p| p.zone_spread)
+            .unwrap_or(self.default_zone_spread);
+        let constraint = |key: &str, strict: bool, shard: Option<i32>| TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: key.into(),
+            when_unsatisfiable: if strict {
+                "DoNotSchedule"
+            } else {
+                "ScheduleAnyway"
+            }
+            .into(),
+            label_selector: Some(LabelSelector {
+                match_labels: Some(self.labels(shard)),
+                match_expressions: None,
+            }),
+            ..Default::default()
+        };
+        let mut constraints = vec![constraint(
+            ZONE_KEY,
+            spread == ZoneSpread::Required,
+            Some(shard),
+        )];
+        if spread == ZoneSpread::Required {
+            constraints.push(constraint(ZONE_KEY, false, None));
+        }
+        constraints.push(constraint(HOSTNAME_KEY, false, Some(shard)));
+        constraints
+    }
+
+    /// The headless Service that gives the cluster's Pods DNS names; not-ready Pods are
+    /// published too, since a joining node must be reachable before it is ready.
+    pub fn headless_service(&self) -> Service {
+        Service {
+            metadata: self.owned_meta(self.name()),
+            spec: Some(ServiceSpec {
+                cluster_ip: Some("None".into()),
+                selector: Some(self.labels(None)),
+                publish_not_ready_addresses: Some(true),
+                ports: Some(vec![
+                    ServicePort {
+                        name: Some("client".into()),
+                        port: VALKEY_PORT,
+                        ..Default::default()
+                    },
+                    ServicePort {
+                        name: Some("bus".into()),
+                        port: BUS_PORT,
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    /// At most one of the cluster's Pods voluntarily disrupted at a time.
+    pub fn disruption_budget(&self) -> PodDisruptionBudget {
+        PodDisruptionBudget {
+            metadata: self.owned_meta(self.name()),
+            spec: Some(PodDisruptionBudgetSpec {
+                max_unavailable: Some(IntOrString::Int(1)),
+                selector: Some(LabelSelector {
+                    match_labels: Some(self.labels(None)),
+                    match_expressions: None,
+                }),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    fn owned_meta(&self, name: String) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name),
+            namespace: self.cluster.namespace(),
+            labels: Some(self.labels(None)),
+            owner_references: self.owner().map(|o| vec![o]),
+            ..Default::default()
+        }
+    }
+}
+
+/// The value of the role label.
+pub fn role_label(role: NodeRole) -> &'static str {
+    match role {
+        NodeRole::Primary => "primary",
+        NodeRole::Replica => "replica",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Placement, ValkeyImageSpec};
+    use crate::resolve::{Chain, ResolvedImage};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn cluster() -> ValkeyCluster {
+        let mut cluster = ValkeyCluster::new(
+            "orders",
+            ValkeyClusterSpec {
+                config_ref: "standard".into(),
+                shards: 3,
+                replicas_per_shard: 1,
+                acl: vec![],
+                tls: None,
+                placement: None,
+                pod_annotations: BTreeMap::from([("team".to_string(), "payments".to_string())]),
+            },
+        );
+        cluster.metadata.namespace = Some("team-a".into());
+        cluster.metadata.uid = Some("cluster-uid".into());
+        cluster
+    }
+
+    fn effective(version: &str) -> EffectiveConfig {
+        EffectiveConfig {
+            chain: Chain(vec!["standard".into()]),
+            image: ResolvedImage {
+                name: format!("valkey-{version}"),
+                spec: ValkeyImageSpec {
+                    repository: "valkey/valkey".into(),
+                    tag: version.into(),
+                    version: version.into(),
+                },
+            },
+            resources: crate::api::NodeResources {
+                cpu: Some(Quantity("500m".into())),
+                memory: Some(Quantity("1Gi".into())),
+            },
+            valkey: BTreeMap::from([
+                ("maxmemory".to_string(), "768mb".to_string()),
+                ("databases".to_string(), "16".to_string()),
+            ]),
+        }
+    }
+
+    fn revision(cluster: &ValkeyCluster, effective: &EffectiveConfig) -> String {
+        ClusterRender {
+            cluster,
+            effective,
+            default_zone_spread: ZoneSpread::BestEffort,
+        }
+        .revision()
+    }
+
+    #[test]
+    fn the_revision_moves_only_with_what_forces_a_replacement() {
+        let base_cluster = cluster();
+        let base = effective("9.0.0");
+        let original = revision(&base_cluster, &base);
+        assert_eq!(original.len(), 12);
+
+        let mut replaced = Vec::new();
+        replaced.push(revision(&base_cluster, &effective("9.1.2")));
+        let mut bigger = base.clone();
+        bigger.resources.memory = Some(Quantity("2Gi".into()));
+        replaced.push(revision(&base_cluster, &bigger));
+        let mut restart_setting = base.clone();
+        restart_setting
+            .valkey
+            .insert("databases".into(), "32".into());
+        replaced.push(revision(&base_cluster, &restart_setting));
+        let mut zoned = base_cluster.clone();
+        zoned.spec.placement = Some(Placement {
+            zones: vec!["b".into(), "a".into()],
+            ..Default::default()
+        });
+        replaced.push(revision(&zoned, &base));
+        for changed in &replaced {
+            assert_ne!(changed, &original);
+        }
+
+        let mut live_setting = base.clone();
+        live_setting.valkey.insert("maxmemory".into(), "1gb".into());
+        let mut untouched = base_cluster.clone();
+        untouched.spec.shards = 5;
+        untouched.spec.replicas_per_shard = 2;
+        untouched
+            .spec
+            .pod_annotations
+            .insert("new".into(), "annotation".into());
+        untouched.spec.placement = Some(Placement {
+            zone_spread: Some(ZoneSpread::Required),
+            ..Default::default()
+        });
+        assert_eq!(revision(&base_cluster, &live_setting), original);
+        assert_eq!(revision(&untouched, &base), original);
+
+        // Zone order does not matter.
+        let mut reordered = zoned.clone();
+        reordered.spec.placement = Some(Placement {
+            zones: vec!["a".into(), "b".into(), "a".into()],
+            ..Default::default()
+        });
+        assert_eq!(revision(&reordered, &base), revision(&zoned, &base));
+    }
+
+    #[test]
+    fn a_pod_runs_the_node_with_its_settings_labels_and_owner() {
+        let cluster = cluster();
+        let effective = effective("9.1.2");
+        let render = ClusterRender {
+            cluster: &cluster,
+            effective: &effective,
+            default_zone_spread: ZoneSpread::BestEffort,
+        };
+        let mut node = render.node("orders-1-a1b2", 1);
+        assert_eq!(node.spec.version, "9.1.2");
+        assert_eq!(node.spec.image, "valkey/valkey:9.1.2");
+        assert_eq!(
+            node.metadata.owner_references.as_ref().unwrap()[0].kind,
+            "ValkeyCluster"
+        );
+        node.metadata.uid = Some("node-uid".into());
+
+        let pod = render.pod(&node, NodeRole::Replica);
+        let labels = pod.metadata.labels.clone().unwrap();
+        assert_eq!(labels[labels::CLUSTER], "orders");
+        assert_eq!(labels[labels::SHARD], "1");
+        assert_eq!(labels[labels::ROLE], "replica");
+        assert_eq!(labels[labels::MANAGED_BY], "valkey-operator");
+        let annotations = pod.metadata.annotations.clone().unwrap();
+        assert_eq!(annotations["team"], "payments");
+        assert_eq!(annotations[REVISION_ANNOTATION], node.spec.revision);
+        assert_eq!(pod.metadata.owner_references.unwrap()[0].kind, "ValkeyNode");
+
+        let spec = pod.spec.unwrap();
+        let container = &spec.containers[0];
+        assert_eq!(container.image.as_deref(), Some("valkey/valkey:9.1.2"));
+        let args = container.args.clone().unwrap().join(" ");
+        assert!(args.contains("--bind $(POD_IP)"), "{args}");
+        assert!(args.contains("--cluster-announce-ip $(POD_IP)"), "{args}");
+        assert!(args.contains("--cluster-enabled yes"), "{args}");
+        assert!(args.contains("--databases 16 --maxmemory 768mb"), "{args}");
+        let env = &container.env.as_ref().unwrap()[0];
+        assert_eq!(
+            env.value_from
+                .as_ref()
+                .unwrap()
+                .field_ref
+                .as_ref()
+                .unwrap()
+                .field_path,
+            "status.podIP"
+        );
+        let resources = container.resources.as_ref().unwrap();
+        assert_eq!(
+            resources.requests.as_ref().unwrap()["cpu"],
+            Quantity("500m".into())
+        );
+        assert_eq!(
+            resources
+                .limits
+                .as_ref()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
+            ["memory"]
+        );
+        assert_eq!(
+            render.live_settings().keys().collect::<Vec<_>>(),
+            ["maxmemory"]
+        );
+    }
+
+    #[test]
+    fn placement_becomes_affinity_and_spread() {
+        let mut cluster = cluster();
+        let effective = effective("9.0.0");
+        let spreads = |cluster: &ValkeyCluster, default| {
+            let render = ClusterRender {
+                cluster,
+                effective: &effective,
+                default_zone_spread: default,
+            };
+            let mut node = render.node("orders-0-x", 0);
+            node.metadata.uid = Some("u".into());
+            render.pod(&node, NodeRole::Primary).spec.unwrap()
+        };
+        let best_effort = spreads(&cluster, ZoneSpread::BestEffort);
+        assert!(best_effort.affinity.is_none());
+        let constraints = best_effort.topology_spread_constraints.unwrap();
+        let modes: Vec<_> = constraints
+            .iter()
+            .map(|c| (c.topology_key.as_str(), c.when_unsatisfiable.as_str()))
+            .collect();
+        assert_eq!(
+            modes,
+            [
+                (ZONE_KEY, "ScheduleAnyway"),
+                (HOSTNAME_KEY, "ScheduleAnyway")
+            ]
+        );
+
+        // The operator's default applies when the cluster sets none.
+        let required = spreads(&cluster, ZoneSpread::Required)
+            .topology_spread_constraints
+            .unwrap();
+        let modes: Vec<_> = required
+            .iter()
+            .map(|c| (c.topology_key.as_str(), c.when_unsatisfiable.as_str()))
+            .collect();
+        assert_eq!(
+            modes,
+            [
+                (ZONE_KEY, "DoNotSchedule"),
+                (ZONE_KEY, "ScheduleAnyway"),
+                (HOSTNAME_KEY, "ScheduleAnyway")
+            ]
+        );
+        let per_shard = required[0]
+            .label_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap();
+        assert_eq!(per_shard[labels::SHARD], "0");
+        let cluster_wide = required[1]
+            .label_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap();
+        assert!(!cluster_wide.contains_key(labels::SHARD));
+
+        cluster.spec.placement = Some(Placement {
+            zones: vec!["eu-1a".into(), "eu-1b".into()],
+            zone_spread: Some(ZoneSpread::BestEffort),
+            node_selector: BTreeMap::from([("pool".to_string(), "valkey".to_string())]),
+        });
+        let placed = spreads(&cluster, ZoneSpread::Required);
+        let term = &placed
+            .affinity
+            .unwrap()
+            .node_affinity
+            .unwrap()
+            .required_during_scheduling_ignored_during_execution
+            .unwrap()
+            .node_selector_terms[0];
+        let requirement = &term.match_expressions.as_ref().unwrap()[0];
+        assert_eq!(
+            (requirement.key.as_str(), requirement.operator.as_str()),
+            (ZONE_KEY, "In")
+        );
+        assert_eq!(
+            requirement.values.as_deref(),
+            Some(&["eu-1a".to_string(), "eu-1b".to_string()][..])
+        );
+        assert_eq!(placed.node_selector.unwrap()["pool"], "valkey");
+        assert_eq!(
+            placed.topology_spread_constraints.unwrap()[0].when_unsatisfiable,
+            "ScheduleAnyway"
+        );
+    }
+
+    #[test]
+    fn service_and_budget_select_the_cluster() {
+        let cluster = cluster();
+        let effective = effective("9.0.0");
+        let render = ClusterRender {
+            cluster: &cluster,
+            effective: &effective,
+            default_zone_spread: ZoneSpread::BestEffort,
+        };
+        let service = render.headless_service();
+        let spec = service.spec.unwrap();
+        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(spec.publish_not_ready_addresses, Some(true));
+        assert_eq!(spec.selector.unwrap()[labels::CLUSTER], "orders");
+        assert_eq!(service.metadata.owner_references.unwrap()[0].name, "orders");
+        let budget = render.disruption_budget().spec.unwrap();
+        assert_eq!(budget.max_unavailable, Some(IntOrString::Int(1)));
+    }
+}
