@@ -1,1 +1,4 @@
 //! Valkey operator library.
+pub mod roll;
+pub mod runtime;
+pub mod valkey;
