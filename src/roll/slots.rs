@@ -91,7 +91,7 @@ mod tests {
         let ranges = [SlotRange::new(10, 12), SlotRange::new(0, 3)];
         assert_eq!(
             take_highest(&ranges, 5),
-            vec![SlotRange::new(3, 3), SlotRange::new(10, 12)]
+            vec![SlotRange::new(2, 3), SlotRange::new(10, 12)]
         );
         assert_eq!(take_highest(&ranges, 50).len(), 2);
     }
