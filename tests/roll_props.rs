@@ -60,6 +60,7 @@ impl Sim {
                 sync_in_progress: true,
                 offset: 0,
                 primary_offset: 100,
+                known_to_primaries: false,
             }),
             slots: vec![],
             cluster_ok: false,
@@ -170,6 +171,7 @@ fn synced(offset: u64) -> ReplicaSync {
         sync_in_progress: false,
         offset,
         primary_offset: offset,
+        known_to_primaries: true,
     }
 }
 
@@ -186,7 +188,10 @@ fn live_replicas(nodes: &[ObservedNode], shard: u32) -> usize {
 }
 
 fn is_acting(step: &Step) -> bool {
-    !matches!(step, Step::Wait { .. } | Step::Stalled { .. } | Step::Converged)
+    !matches!(
+        step,
+        Step::Wait { .. } | Step::Stalled { .. } | Step::Converged
+    )
 }
 
 /// A cluster as it may be found: every shard has a primary owning its bootstrap range.
@@ -230,7 +235,11 @@ fn build(start: &Start) -> Vec<ObservedNode> {
                 } else {
                     reachable
                 },
-                role: if primary { Role::Primary } else { Role::Replica },
+                role: if primary {
+                    Role::Primary
+                } else {
+                    Role::Replica
+                },
                 sync: (!primary).then(|| synced(50 + i as u64)),
                 slots: if primary {
                     vec![bootstrap_range(shard, count)]

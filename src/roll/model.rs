@@ -55,12 +55,20 @@ pub struct ReplicaSync {
     /// The primary's `master_repl_offset`, read from the primary *before* the replica's
     /// offset, so a replica that has caught up has `offset >= primary_offset` even under writes.
     pub primary_offset: u64,
+    /// Every live primary's own `CLUSTER NODES` lists this node as a replica of its primary.
+    /// Until gossip has told them, its primary ignores its failover request and the other
+    /// primaries refuse their vote ("I don't know its primary"), so a failover must wait.
+    pub known_to_primaries: bool,
 }
 
 impl ReplicaSync {
-    /// Link up, no sync in progress, and the replica has everything the primary had.
+    /// Link up, no sync in progress, the replica has everything the primary had, and every
+    /// primary knows it as its primary's replica.
     pub fn is_synced(&self) -> bool {
-        self.link_up && !self.sync_in_progress && self.offset >= self.primary_offset
+        self.link_up
+            && !self.sync_in_progress
+            && self.offset >= self.primary_offset
+            && self.known_to_primaries
     }
 }
 

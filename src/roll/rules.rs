@@ -169,6 +169,11 @@ fn join_blocker(view: &View, node: &ObservedNode) -> Option<String> {
                     "replication offset {} behind the primary's {}",
                     sync.offset, sync.primary_offset
                 ))
+            } else if !sync.known_to_primaries {
+                Some(format!(
+                    "not every primary lists it as a replica of {} yet",
+                    primary.name
+                ))
             } else {
                 None
             }
@@ -306,7 +311,10 @@ fn shard_step(view: &View, memory: &RollMemory, shard: u32) -> Option<Step> {
     if replicas.len() > target
         && let Some(oldest) = outdated.first()
     {
-        return Some(retire(oldest, "outdated, and the shard is above its target"));
+        return Some(retire(
+            oldest,
+            "outdated, and the shard is above its target",
+        ));
     }
     if !primary.is_up_to_date(desired) {
         return Some(failover_step(view, memory, shard, primary, &replicas).unwrap_or_else(join));
@@ -375,7 +383,13 @@ fn slot_balance(view: &View) -> Option<Step> {
         .iter()
         .copied()
         .filter(|&s| owned(s) > target_count(s, shards))
-        .max_by_key(|&s| (s >= shards, owned(s) - target_count(s, shards), u32::MAX - s))?;
+        .max_by_key(|&s| {
+            (
+                s >= shards,
+                owned(s) - target_count(s, shards),
+                u32::MAX - s,
+            )
+        })?;
     let dest = all
         .iter()
         .copied()
