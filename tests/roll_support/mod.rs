@@ -415,3 +415,33 @@ pub async fn converge(
         panic!("{error}\nsteps:\n{}", steps.join("\n"));
     }
 }
+
+/// The ids of the nodes owning slots, sorted.
+pub async fn primaries(addresses: &[String]) -> Vec<String> {
+    let client = NodeClient::connect(&addresses[0], Duration::from_secs(2))
+        .await
+        .unwrap();
+    let mut ids: Vec<String> = client
+        .cluster_nodes()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|n| !n.slots.is_empty())
+        .map(|n| n.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// [`layout`], polled until every node's view has caught up with `expected` or 10 s passed
+/// (gossip spreads a new replica's role and health within moments, not instantly).
+pub async fn settled_layout(addresses: &[String], expected: &[(usize, u32)]) -> Vec<(usize, u32)> {
+    let started = Instant::now();
+    loop {
+        let seen = layout(addresses).await;
+        if seen == expected || started.elapsed() > Duration::from_secs(10) {
+            return seen;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+}
