@@ -22,6 +22,7 @@ async fn crashed_nodes_are_replaced() {
     let replica = replica_names(&roller).await[0].clone();
     roller.crash_node(&replica).await.unwrap();
     converge(&mut roller, &desired, Duration::from_secs(60)).await;
+    writer.assert_progressing().await;
     assert!(!roller.nodes().contains_key(&replica));
     assert_eq!(
         settled_layout(&roller.addresses(), &expected).await,
@@ -32,6 +33,7 @@ async fn crashed_nodes_are_replaced() {
     let primary = primary_names(&roller).await[0].clone();
     roller.crash_node(&primary).await.unwrap();
     converge(&mut roller, &desired, Duration::from_secs(90)).await;
+    writer.assert_progressing().await;
     let steps = &roller.history()[before..];
     assert!(
         !steps
@@ -45,14 +47,9 @@ async fn crashed_nodes_are_replaced() {
         expected
     );
 
-    // Writes flow again after healing.
-    let acked = writer.stop().await.acked;
-    let writer = Writer::start(roller.addresses());
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        writer.stop().await.acked > 0,
-        "no write after healing ({acked} before)"
-    );
+    // A crashed primary may take its last unreplicated writes with it (asynchronous
+    // replication), so only progress is checked here, not every write.
+    assert!(writer.stop().await.acked > 0);
 }
 
 async fn names_with_role(roller: &Roller<LocalRuntime>, primary: bool) -> Vec<String> {

@@ -117,7 +117,7 @@ impl Sim {
         match step {
             Step::JoinPrimary { shard } => self.new_node(*shard, desired, Role::Primary),
             Step::JoinReplica { shard, .. } => self.new_node(*shard, desired, Role::Replica),
-            Step::Activate { node } => self.node(node).lifecycle = Lifecycle::Active,
+            Step::Activate { node, .. } => self.node(node).lifecycle = Lifecycle::Active,
             Step::AssignSlots { assignments } => {
                 for (node, slots) in assignments {
                     self.node(node).slots.extend(slots.iter().copied());

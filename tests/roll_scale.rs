@@ -24,6 +24,7 @@ async fn shards_three_to_five_to_two_under_writes() {
             Duration::from_secs(180),
         )
         .await;
+        writer.assert_progressing().await;
         let migrations = roller.history()[before..]
             .iter()
             .filter(|r| matches!(r.step, Step::MigrateSlots { .. }))
@@ -62,6 +63,7 @@ async fn replicas_one_to_two_to_none_to_one_under_writes() {
             Duration::from_secs(120),
         )
         .await;
+        writer.assert_progressing().await;
         let expected: Vec<(usize, u32)> = [5461, 5461, 5462]
             .into_iter()
             .map(|slots| (replicas as usize, slots))

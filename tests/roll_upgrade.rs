@@ -23,6 +23,7 @@ async fn roll_up_and_back_down_keeps_every_acknowledged_write() {
         let sampler = Sampler::start(roller.addresses());
         let before = roller.history().len();
         converge(&mut roller, &shape(3, 1, version), Duration::from_secs(180)).await;
+        writer.assert_progressing().await;
         let samples = sampler.stop().await;
         assert!(samples.len() > 10, "{name}: too few samples");
 

@@ -172,7 +172,7 @@ pub enum Step {
     /// (`CLUSTER REPLICATE`, retried until gossip has introduced the primary).
     JoinReplica { shard: u32, primary: String },
     /// Mark a `Joining` node `Active`: it is now a ready member of its shard.
-    Activate { node: String },
+    Activate { shard: u32, node: String },
     /// Give unowned slots to primaries (`CLUSTER ADDSLOTSRANGE`); used at bootstrap.
     AssignSlots {
         assignments: Vec<(String, Vec<SlotRange>)>,
@@ -215,6 +215,7 @@ impl Step {
         match self {
             Step::JoinPrimary { shard }
             | Step::JoinReplica { shard, .. }
+            | Step::Activate { shard, .. }
             | Step::Failover { shard, .. }
             | Step::RetireNode { shard, .. } => Some(*shard),
             Step::MigrateSlots { to_shard, .. } => Some(*to_shard),
@@ -238,7 +239,7 @@ impl fmt::Display for Step {
             Step::JoinReplica { shard, primary } => {
                 write!(f, "join a new replica of {primary} to shard {shard}")
             }
-            Step::Activate { node } => write!(f, "activate {node}"),
+            Step::Activate { shard, node } => write!(f, "activate {node} in shard {shard}"),
             Step::AssignSlots { assignments } => {
                 write!(f, "assign slots")?;
                 for (node, slots) in assignments {

@@ -120,17 +120,14 @@ fn joining_nodes(view: &View) -> Option<Step> {
         .collect();
     let blockers: Vec<(&ObservedNode, String)> = joining
         .iter()
-        .map(|n| (*n, join_blocker(view, n)))
-        .filter_map(|(n, blocker)| match blocker {
-            None => None,
-            Some(why) => Some((n, why)),
-        })
+        .filter_map(|n| join_blocker(view, n).map(|why| (*n, why)))
         .collect();
     if let Some(ready) = joining
         .iter()
         .find(|n| !blockers.iter().any(|(b, _)| b.name == n.name))
     {
         return Some(Step::Activate {
+            shard: ready.shard,
             node: ready.name.clone(),
         });
     }

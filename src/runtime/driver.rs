@@ -342,7 +342,7 @@ impl<R: NodeRuntime> Roller<R> {
             Step::JoinReplica { shard, primary } => {
                 self.join(*shard, desired, Some(primary.as_str())).await
             }
-            Step::Activate { node } => {
+            Step::Activate { node, .. } => {
                 let member = self
                     .members
                     .get_mut(node)

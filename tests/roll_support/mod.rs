@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -136,12 +136,16 @@ impl Router {
                 "no owner known for slot",
             )));
         };
-        let mut conn = self.conn(&addr).await?;
-        let result = cmd.query_async::<Value>(&mut conn).await;
+        let result = match self.conn(&addr).await {
+            Ok(mut conn) => cmd.query_async::<Value>(&mut conn).await,
+            Err(error) => Err(error),
+        };
         if let Err(error) = &result {
             match error.redirect_node() {
-                Some((host, port)) if error.code() == Some("MOVED") => {
-                    self.owners[slot] = Some(format!("{host}:{port}"));
+                Some((owner, _)) if error.code() == Some("MOVED") => {
+                    // The topology changed: learn all of it, not one slot per MOVED.
+                    self.refresh().await;
+                    self.owners[slot] = Some(owner.to_owned());
                 }
                 _ => {
                     if error.is_io_error() || error.is_connection_dropped() || error.is_timeout() {
@@ -184,32 +188,38 @@ pub struct WriterLog {
 impl WriterLog {
     /// The longest time between two acknowledged writes within `[from, to]`.
     pub fn longest_gap(&self, from: Instant, to: Instant) -> Duration {
-        let inside: Vec<Instant> = self
-            .ack_times
-            .iter()
-            .copied()
-            .filter(|t| *t >= from && *t <= to)
-            .collect();
-        let mut gap = Duration::ZERO;
+        self.longest_gap_at(from, to).0
+    }
+
+    /// The longest gap within `[from, to]` and when it began.
+    pub fn longest_gap_at(&self, from: Instant, to: Instant) -> (Duration, Instant) {
+        let mut longest = (Duration::ZERO, from);
         let mut previous = from;
-        for t in inside {
-            gap = gap.max(t - previous);
+        for &t in self.ack_times.iter().filter(|t| **t >= from && **t <= to) {
+            if t - previous > longest.0 {
+                longest = (t - previous, previous);
+            }
             previous = t;
         }
-        gap.max(to.saturating_duration_since(previous))
+        if to.saturating_duration_since(previous) > longest.0 {
+            longest = (to - previous, previous);
+        }
+        longest
     }
 }
 
 /// A writer that writes `key:N = N` one after another, each until acknowledged.
 pub struct Writer {
     stop: Arc<AtomicBool>,
+    acked: Arc<AtomicU64>,
     task: JoinHandle<WriterLog>,
 }
 
 impl Writer {
     pub fn start(seeds: Vec<String>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let acked = Arc::new(AtomicU64::new(0));
+        let (flag, counter) = (stop.clone(), acked.clone());
         let task = tokio::spawn(async move {
             let mut router = Router::new(&seeds);
             let mut log = WriterLog {
@@ -227,11 +237,26 @@ impl Writer {
                 {
                     log.acked += 1;
                     log.ack_times.push(Instant::now());
+                    counter.store(log.acked, Ordering::Relaxed);
                 }
             }
             log
         });
-        Self { stop, task }
+        Self { stop, acked, task }
+    }
+
+    /// Fails the test if no write is acknowledged within 10 s: the writer must keep going
+    /// through every step of a roll, not just survive it.
+    pub async fn assert_progressing(&self) {
+        let before = self.acked.load(Ordering::Relaxed);
+        let started = Instant::now();
+        while self.acked.load(Ordering::Relaxed) < before + 10 {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the writer is stuck at {before} acknowledged writes"
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub async fn stop(self) -> WriterLog {
