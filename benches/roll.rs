@@ -1,0 +1,301 @@
+//! Roll benchmark on real valkey-server processes (not a test: it prints figures).
+//!
+//! A 3 shards × 1 replica cluster on 9.0.0 is loaded with `BENCH_KEYS` keys (default 200000,
+//! `BENCH_VALUE_BYTES` each, default 100), then rolled to 9.1.2 under a continuous writer. It
+//! prints, per shard: the roll's total time, the replicas' full-sync time, the overhead beyond
+//! them, and the write-unavailability window of its failover (the longest gap between
+//! acknowledged writes around it); the same for the whole cluster; and the time atomic slot
+//! migration takes to move slot ranges holding a known number of keys.
+//!
+//! Run: `cargo bench --bench roll` (needs `hack/fetch-valkey.sh 9.0.0 9.1.2`).
+
+#[path = "../tests/roll_support/mod.rs"]
+mod roll_support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use roll_support::*;
+use tokio::time::Instant;
+use valkey_operator::roll::{SlotRange, Step};
+use valkey_operator::runtime::driver::{Roller, StepRecord};
+use valkey_operator::runtime::local::LocalRuntime;
+use valkey_operator::runtime::{NodeRuntime, NodeSpec};
+use valkey_operator::valkey::{NodeClient, forget_everywhere};
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.3} s", d.as_secs_f64())
+}
+
+/// Load `count` keys `bench:N` with pipelines sent straight to each slot's owner.
+async fn preload(addresses: &[String], count: u64, value_bytes: usize) {
+    let client = NodeClient::connect(&addresses[0], Duration::from_secs(2))
+        .await
+        .unwrap();
+    let mut owners: Vec<String> = vec![String::new(); 16384];
+    for node in client.cluster_nodes().await.unwrap() {
+        for range in &node.slots {
+            for slot in range.start..=range.end {
+                owners[usize::from(slot)] = format!("{}:{}", node.ip, node.port);
+            }
+        }
+    }
+    let value = "v".repeat(value_bytes);
+    let mut batches: HashMap<String, redis::Pipeline> = HashMap::new();
+    let mut conns = HashMap::new();
+    for index in 0..count {
+        let key = format!("bench:{index}");
+        let owner = owners[usize::from(key_slot(&key))].clone();
+        let pipe = batches.entry(owner.clone()).or_default();
+        pipe.cmd("SET").arg(&key).arg(&value).ignore();
+        if pipe.len() >= 2000 || index + 1 == count {
+            let batch = batches.remove(&owner).unwrap_or_default();
+            if !conns.contains_key(&owner) {
+                let conn = redis::Client::open(format!("redis://{owner}/"))
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap();
+                conns.insert(owner.clone(), conn);
+            }
+            let conn = conns.get_mut(&owner).unwrap();
+            let _: () = batch.query_async(conn).await.unwrap();
+        }
+    }
+    for (owner, batch) in batches {
+        if batch.is_empty() {
+            continue;
+        }
+        let mut conn = redis::Client::open(format!("redis://{owner}/"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let _: () = batch.query_async(&mut conn).await.unwrap();
+    }
+}
+
+/// Time for a fresh node to become a synced replica of shard 0's primary: from `CLUSTER
+/// REPLICATE` answering to link up, no sync in progress, offset caught up. The probe node is
+/// removed afterwards.
+async fn bare_full_sync(roller: &Roller<LocalRuntime>) -> Duration {
+    let spec = NodeSpec {
+        name: "probe".into(),
+        shard: 0,
+        revision: NEW.into(),
+    };
+    let addr = roller
+        .runtime()
+        .start_node(&spec)
+        .await
+        .unwrap()
+        .to_string();
+    let mut probe = None;
+    for _ in 0..200 {
+        if let Ok(client) = NodeClient::connect(&addr, Duration::from_secs(2)).await
+            && client.ping().await.is_ok()
+        {
+            probe = Some(client);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let probe = probe.expect("the probe node never answered");
+    let mut others = Vec::new();
+    for other in roller.addresses() {
+        others.push(
+            NodeClient::connect(&other, Duration::from_secs(2))
+                .await
+                .unwrap(),
+        );
+    }
+    let view = others[0].cluster_nodes().await.unwrap();
+    let primary = view
+        .iter()
+        .find(|n| n.slots.iter().any(|r| r.start == 0))
+        .unwrap();
+    let primary_client = NodeClient::connect(
+        &format!("{}:{}", primary.ip, primary.port),
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
+    probe.meet(&primary.ip, primary.port).await.unwrap();
+    probe
+        .replicate(&primary.id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let target = primary_client
+            .replication_info()
+            .await
+            .unwrap()
+            .master_repl_offset;
+        let info = probe.replication_info().await.unwrap();
+        if info.link_up && !info.sync_in_progress && info.replica_offset >= target {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "probe never synced"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = started.elapsed();
+    let probe_id = probe.my_id().await.unwrap();
+    roller.runtime().stop_node("probe").await.unwrap();
+    forget_everywhere(&others, &probe_id).await.unwrap();
+    took
+}
+
+/// Time of the joins in `steps`: from each JoinReplica starting to its Activate.
+fn sync_time(steps: &[&StepRecord]) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut joined: Option<Instant> = None;
+    for record in steps {
+        match &record.step {
+            Step::JoinReplica { .. } => joined = Some(record.started),
+            Step::Activate { .. } => {
+                if let Some(start) = joined.take() {
+                    total += record.finished - start;
+                }
+            }
+            _ => {}
+        }
+    }
+    total
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let keys = env_number("BENCH_KEYS", 200_000);
+    let value_bytes = env_number("BENCH_VALUE_BYTES", 100) as usize;
+    let mut roller = roller(47, "bench");
+    converge(&mut roller, &shape(3, 1, OLD), Duration::from_secs(60)).await;
+    let loading = Instant::now();
+    preload(&roller.addresses(), keys, value_bytes).await;
+    println!(
+        "cluster: 3 shards x 1 replica, {keys} keys of {value_bytes} B loaded in {}",
+        secs(loading.elapsed())
+    );
+
+    let bare_sync = bare_full_sync(&roller).await;
+    println!(
+        "bare full sync of a new replica of one loaded shard (REPLICATE -> synced): {}",
+        secs(bare_sync)
+    );
+
+    let writer = Writer::start(roller.addresses());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = roller.history().len();
+    let started = Instant::now();
+    converge(&mut roller, &shape(3, 1, NEW), Duration::from_secs(600)).await;
+    let finished = Instant::now();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = writer.stop().await;
+    let steps: Vec<&StepRecord> = roller.history()[before..].iter().collect();
+
+    println!("roll 9.0.0 -> 9.1.2, one shard at a time:");
+    let mut worst_gap = Duration::ZERO;
+    for shard in 0..3 {
+        let of_shard: Vec<&StepRecord> = steps
+            .iter()
+            .copied()
+            .filter(|r| r.step.shard() == Some(shard))
+            .collect();
+        let (Some(first), Some(last)) = (of_shard.first(), of_shard.last()) else {
+            continue;
+        };
+        let total = last.finished - first.started;
+        let syncs = sync_time(&of_shard);
+        let failover = of_shard
+            .iter()
+            .find(|r| matches!(r.step, Step::Failover { .. }))
+            .map(|r| (r.finished - r.started, r.started, r.finished));
+        let (failover_time, gap) = match failover {
+            Some((took, from, to)) => (
+                took,
+                log.longest_gap(
+                    from - Duration::from_millis(50),
+                    to + Duration::from_secs(1),
+                ),
+            ),
+            None => (Duration::ZERO, Duration::ZERO),
+        };
+        worst_gap = worst_gap.max(gap);
+        println!(
+            "  shard {shard}: total {}; 2 joins from start to ready {}; overhead beyond 2 bare \
+             full syncs {}; failover command {}; write gap around the failover {}",
+            secs(total),
+            secs(syncs),
+            secs(total.saturating_sub(bare_sync * 2)),
+            secs(failover_time),
+            secs(gap)
+        );
+    }
+    println!(
+        "  whole cluster: {} for {} steps; longest write gap during the roll {}; \
+         worst failover gap {}; {} writes acknowledged",
+        secs(finished - started),
+        steps.len(),
+        secs(log.longest_gap(started, finished)),
+        secs(worst_gap),
+        log.acked
+    );
+    let lost = lost_writes(&roller.addresses(), log.acked).await;
+    println!("  acknowledged writes lost: {}", lost.len());
+
+    // Atomic slot migration of ranges holding a known number of the preloaded keys.
+    let nodes = roller.nodes();
+    let primaries = primaries(&roller.addresses()).await;
+    let mut by_id = HashMap::new();
+    for addr in nodes.values() {
+        let client = NodeClient::connect(addr, Duration::from_secs(2))
+            .await
+            .unwrap();
+        by_id.insert(client.my_id().await.unwrap(), client);
+    }
+    let view = by_id
+        .values()
+        .next()
+        .unwrap()
+        .cluster_nodes()
+        .await
+        .unwrap();
+    let shard0 = view
+        .iter()
+        .find(|n| n.slots.iter().any(|r| r.start == 0))
+        .unwrap();
+    let target = primaries.iter().find(|id| **id != shard0.id).unwrap();
+    let source = &by_id[&shard0.id];
+    println!("atomic slot migration (CLUSTER MIGRATESLOTS, polled until done):");
+    for last_slot in [255u16, 2047] {
+        let range = SlotRange::new(0, last_slot);
+        let held = (0..keys)
+            .filter(|i| key_slot(&format!("bench:{i}")) <= last_slot)
+            .count();
+        let took = Instant::now();
+        source
+            .migrate_slots(target, &[range], Duration::from_secs(300))
+            .await
+            .unwrap();
+        let moved = took.elapsed();
+        println!(
+            "  slots {range} holding {held} keys ({} MB of values): {}",
+            held * value_bytes / 1_000_000,
+            secs(moved)
+        );
+        by_id[target]
+            .migrate_slots(&shard0.id, &[range], Duration::from_secs(300))
+            .await
+            .unwrap();
+    }
+}

@@ -1,0 +1,31 @@
+//! The roll planner: given the desired shape of a cluster and what was observed of its nodes,
+//! decide the one next step (join, activate, fail over, migrate slots, retire, wait, stall).
+//!
+//! The planner is pure: no I/O, no clock, no Kubernetes. The rules live in [`rules`]; the
+//! inputs and the steps are described in [`model`]; slot arithmetic is in [`slots`]. Whoever
+//! executes the steps (the local driver in `crate::runtime::driver`, or the Kubernetes
+//! controller) observes, calls [`plan`], performs exactly that one step, and plans again.
+//!
+//! # Driving it from a controller
+//! - [`DesiredShape`]: `spec.shards`, `spec.replicasPerShard`, and a revision string that
+//!   changes exactly when nodes must be replaced (image version + replacement-forcing hash).
+//! - One [`ObservedNode`] per `ValkeyNode`: name, `spec.shard`, the revision it was created
+//!   with, `status.lifecycle`, `join_overdue` from its creation time, and what the pod's
+//!   Valkey answered (`INFO replication`, `CLUSTER INFO`, its own `CLUSTER NODES` line, and
+//!   `CLUSTER GETSLOTMIGRATIONS` on primaries). Read every primary before any replica, so a
+//!   replica's offset is compared with an earlier primary offset; see
+//!   `runtime::driver::Roller::observe` for a complete observer.
+//! - [`RollMemory`] is persisted (e.g. in the ValkeyCluster status) and updated with
+//!   [`RollMemory::record_failover`] *before* a failover is issued.
+//! - Performing a step: see `runtime::driver::Roller::act`. A failover should be polled to
+//!   completion (or its deadline) before planning again; the next plan stalls if it did not
+//!   complete, and resumes by itself if Valkey completes it later.
+
+pub mod model;
+pub mod rules;
+pub mod slots;
+
+pub use model::{
+    DesiredShape, Lifecycle, ObservedNode, ReplicaSync, Role, RollMemory, SlotRange, Step,
+};
+pub use rules::plan;

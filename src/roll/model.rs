@@ -1,0 +1,273 @@
+//! The planner's vocabulary: what the cluster should look like ([`DesiredShape`]), what each
+//! node was seen to be ([`ObservedNode`]), what the roll must remember between steps
+//! ([`RollMemory`]), and the one action the planner asks for next ([`Step`]).
+//!
+//! Nothing here knows about Kubernetes or processes: a controller maps its `ValkeyNode` objects
+//! and what it read from Valkey (`INFO replication`, `CLUSTER NODES`, `CLUSTER INFO`) onto
+//! these types; the local runtime does the same from its process table.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// The cluster the user asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DesiredShape {
+    /// Number of shards; shards are numbered `0..shards`. Nodes observed in a shard with a
+    /// higher index belong to a shard being removed: it is drained of slots, then retired.
+    pub shards: u32,
+    /// Replicas each shard keeps besides its primary. A shard never drops below this count
+    /// while it is rolled (it may start below it, e.g. after a node died).
+    pub replicas_per_shard: u32,
+    /// The revision every node should run: any string that changes exactly when a node must be
+    /// replaced (e.g. the engine version, or a hash of the effective image and
+    /// restart-requiring settings). Nodes whose `revision` differs are "outdated".
+    pub revision: String,
+}
+
+/// A node's role in replication, as the node itself reports it (`INFO replication` `role:`),
+/// or, for an unreachable node, as the rest of the cluster last saw it (`CLUSTER NODES` flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    Primary,
+    Replica,
+}
+
+/// Where a node is in its life. A node is created `Joining`; the planner answers
+/// [`Step::Activate`] once it is a ready member of its shard (a replica: synced with its
+/// primary; a primary of a new shard: it sees the cluster's slot map). Only `Active` nodes
+/// count towards a shard's replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Lifecycle {
+    Joining,
+    Active,
+}
+
+/// Replication state judged on the replica itself (its own `INFO replication`), never from the
+/// primary's count of connected replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaSync {
+    /// `master_link_status:up`.
+    pub link_up: bool,
+    /// `master_sync_in_progress:1`: a full sync is still transferring or loading.
+    pub sync_in_progress: bool,
+    /// The replica's `slave_repl_offset`.
+    pub offset: u64,
+    /// The primary's `master_repl_offset`, read from the primary *before* the replica's
+    /// offset, so a replica that has caught up has `offset >= primary_offset` even under writes.
+    pub primary_offset: u64,
+    /// Every live primary's own `CLUSTER NODES` lists this node as a replica of its primary.
+    /// Until gossip has told them, its primary ignores its failover request and the other
+    /// primaries refuse their vote ("I don't know its primary"), so a failover must wait.
+    pub known_to_primaries: bool,
+}
+
+impl ReplicaSync {
+    /// Link up, no sync in progress, the replica has everything the primary had, and every
+    /// primary knows it as its primary's replica.
+    pub fn is_synced(&self) -> bool {
+        self.link_up
+            && !self.sync_in_progress
+            && self.offset >= self.primary_offset
+            && self.known_to_primaries
+    }
+}
+
+/// An inclusive range of hash slots, `start..=end`, within `0..16384`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SlotRange {
+    pub start: u16,
+    pub end: u16,
+}
+
+impl SlotRange {
+    pub fn new(start: u16, end: u16) -> Self {
+        Self { start, end }
+    }
+
+    /// How many slots the range holds (at least one).
+    pub fn count(&self) -> u32 {
+        u32::from(self.end) - u32::from(self.start) + 1
+    }
+}
+
+impl fmt::Display for SlotRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.start, self.end)
+    }
+}
+
+/// One node as observed now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObservedNode {
+    /// Stable, unique name (the `ValkeyNode` name, or the local runtime's node name).
+    pub name: String,
+    /// The shard this node was created for. It never changes for a node.
+    pub shard: u32,
+    /// The revision the node runs (compare with [`DesiredShape::revision`]).
+    pub revision: String,
+    pub lifecycle: Lifecycle,
+    /// Set by the caller when a `Joining` node has been joining for longer than it may (the
+    /// caller owns the clock). The planner then stops and reports it instead of moving on.
+    pub join_overdue: bool,
+    /// Whether the node answered just now. An unreachable node is treated as dead: it does not
+    /// count towards its shard, is replaced, and is then retired.
+    pub reachable: bool,
+    pub role: Role,
+    /// For a reachable replica, its replication state; `None` for primaries.
+    pub sync: Option<ReplicaSync>,
+    /// The slots this node owns (as primary), in the cluster's view.
+    pub slots: Vec<SlotRange>,
+    /// The node reports `cluster_state:ok` (it sees all 16384 slots served). For a new shard's
+    /// primary, this is how the planner knows it has learnt the topology before slots move to it.
+    pub cluster_ok: bool,
+    /// An atomic slot migration (`CLUSTER GETSLOTMIGRATIONS`) is running on this node.
+    pub migrating: bool,
+}
+
+impl ObservedNode {
+    pub fn slot_count(&self) -> u32 {
+        self.slots.iter().map(SlotRange::count).sum()
+    }
+
+    pub fn is_up_to_date(&self, desired: &DesiredShape) -> bool {
+        self.revision == desired.revision
+    }
+}
+
+/// What the roll must remember across steps, because it cannot be observed afterwards. The
+/// controller persists it (e.g. in the ValkeyCluster status) and passes it back on every plan.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RollMemory {
+    /// The revision the recorded failovers were made for: a new desired revision is a new roll.
+    pub revision: String,
+    /// Shards that already had their one planned failover in the roll towards `revision`.
+    pub failed_over_shards: BTreeSet<u32>,
+}
+
+impl RollMemory {
+    /// Whether `shard` already had its failover in the roll towards `revision`.
+    pub fn has_failed_over(&self, revision: &str, shard: u32) -> bool {
+        self.revision == revision && self.failed_over_shards.contains(&shard)
+    }
+
+    /// Record a failover *before* issuing it, so that a failover whose outcome is unknown is
+    /// never issued twice.
+    pub fn record_failover(&mut self, revision: &str, shard: u32) {
+        if self.revision != revision {
+            self.revision = revision.to_owned();
+            self.failed_over_shards.clear();
+        }
+        self.failed_over_shards.insert(shard);
+    }
+}
+
+/// The one next action for the cluster. The executor performs it and plans again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Create a node on the desired revision for `shard`, which has no primary yet (bootstrap
+    /// or a shard being added), and introduce it to the cluster (`CLUSTER MEET`). It stays an
+    /// empty primary until slots are assigned or migrated to it.
+    JoinPrimary { shard: u32 },
+    /// Create a node on the desired revision, introduce it, and make it a replica of `primary`
+    /// (`CLUSTER REPLICATE`, retried until gossip has introduced the primary).
+    JoinReplica { shard: u32, primary: String },
+    /// Mark a `Joining` node `Active`: it is now a ready member of its shard.
+    Activate { shard: u32, node: String },
+    /// Give unowned slots to primaries (`CLUSTER ADDSLOTSRANGE`); used at bootstrap.
+    AssignSlots {
+        assignments: Vec<(String, Vec<SlotRange>)>,
+    },
+    /// Promote `to` in place of `from` with Valkey's default `CLUSTER FAILOVER` (sent to `to`):
+    /// a clean handoff that waits for replication to catch up. Record it in [`RollMemory`]
+    /// before issuing it; the failover is complete once `to` is primary and `from` its replica.
+    Failover {
+        shard: u32,
+        from: String,
+        to: String,
+    },
+    /// Move `slots` from `from` (primary of `from_shard`) to `to` (primary of `to_shard`) with
+    /// atomic slot migration (`CLUSTER MIGRATESLOTS`, sent to `from`).
+    MigrateSlots {
+        from_shard: u32,
+        to_shard: u32,
+        from: String,
+        to: String,
+        slots: Vec<SlotRange>,
+    },
+    /// Remove `node` from the cluster: stop it, then `CLUSTER FORGET` it on every other node.
+    RetireNode {
+        shard: u32,
+        node: String,
+        reason: String,
+    },
+    /// Something is in progress (a sync, a join, Valkey's own failover); plan again shortly.
+    Wait { reason: String },
+    /// Acting now would break an invariant, or a previous step failed. Every node is left
+    /// serving; planning again resumes by itself once the cause is gone.
+    Stalled { reason: String },
+    /// The cluster has the desired shape: nothing to do until something changes.
+    Converged,
+}
+
+impl Step {
+    /// The shard the step acts on, when it acts on one.
+    pub fn shard(&self) -> Option<u32> {
+        match self {
+            Step::JoinPrimary { shard }
+            | Step::JoinReplica { shard, .. }
+            | Step::Activate { shard, .. }
+            | Step::Failover { shard, .. }
+            | Step::RetireNode { shard, .. } => Some(*shard),
+            Step::MigrateSlots { to_shard, .. } => Some(*to_shard),
+            _ => None,
+        }
+    }
+}
+
+fn ranges(slots: &[SlotRange]) -> String {
+    slots
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::JoinPrimary { shard } => write!(f, "join a new primary to shard {shard}"),
+            Step::JoinReplica { shard, primary } => {
+                write!(f, "join a new replica of {primary} to shard {shard}")
+            }
+            Step::Activate { shard, node } => write!(f, "activate {node} in shard {shard}"),
+            Step::AssignSlots { assignments } => {
+                write!(f, "assign slots")?;
+                for (node, slots) in assignments {
+                    write!(f, " {node}:{}", ranges(slots))?;
+                }
+                Ok(())
+            }
+            Step::Failover { shard, from, to } => {
+                write!(f, "fail over shard {shard} from {from} to {to}")
+            }
+            Step::MigrateSlots {
+                from_shard,
+                to_shard,
+                slots,
+                ..
+            } => write!(
+                f,
+                "migrate slots {} from shard {from_shard} to shard {to_shard}",
+                ranges(slots)
+            ),
+            Step::RetireNode {
+                shard,
+                node,
+                reason,
+            } => write!(f, "retire {node} of shard {shard}: {reason}"),
+            Step::Wait { reason } => write!(f, "wait: {reason}"),
+            Step::Stalled { reason } => write!(f, "stalled: {reason}"),
+            Step::Converged => write!(f, "converged"),
+        }
+    }
+}

@@ -1,0 +1,430 @@
+//! The rules of a roll, in the order they are checked. [`plan`] returns the first rule's step:
+//!
+//! 0. A failover of this roll that did not complete stalls the cluster: never a second one.
+//! 1. A `Joining` node is activated once ready; until then the cluster waits for it, and stalls
+//!    if it is overdue (a new node that never became ready stops the roll).
+//! 2. A primary that owns slots but is unreachable: wait for Valkey's own failover.
+//! 3. A desired shard without any node gets a new primary (bootstrap, shards up).
+//! 4. Slots nobody owns are assigned, each desired shard taking its even contiguous share.
+//! 5. A node that does not report `cluster_state:ok`, or a running slot migration: wait.
+//! 6. Replicas, one shard at a time (a shard already being rolled goes first), replacing before
+//!    retiring, exactly as the upgrade guide describes:
+//!    join an up-to-date replica while the shard is at or below its target and something is
+//!    outdated (or it is below target); retire the dead, then outdated replicas, only while
+//!    the shard stays at or above target; if the primary is outdated, one clean failover per
+//!    roll onto the most caught-up synced up-to-date replica; retire excess replicas (scale
+//!    down) only once the primary is up to date.
+//! 7. Slots are balanced with atomic migration: shards being removed are drained first, a
+//!    target must see the topology (rule 5) before slots move to it.
+//! 8. Drained shards beyond the desired count are retired, replicas first, then the primary.
+//!
+//! A primary that owns slots, or the primary of a desired shard, is never retired.
+
+use std::collections::BTreeSet;
+
+use super::model::{DesiredShape, Lifecycle, ObservedNode, Role, RollMemory, Step};
+use super::slots::{
+    SLOT_COUNT, bootstrap_range, coverage, take_highest, target_count, uncovered_parts,
+};
+
+/// The next step towards `desired`, given the observed `nodes` and the roll's `memory`.
+pub fn plan(desired: &DesiredShape, nodes: &[ObservedNode], memory: &RollMemory) -> Step {
+    let mut sorted: Vec<&ObservedNode> = nodes.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    let view = View {
+        desired,
+        nodes: sorted,
+    };
+    failed_failovers(&view, memory)
+        .or_else(|| joining_nodes(&view))
+        .or_else(|| dead_primaries(&view))
+        .or_else(|| missing_primaries(&view))
+        .or_else(|| unassigned_slots(&view))
+        .or_else(|| unsettled_cluster(&view))
+        .or_else(|| shard_replicas(&view, memory))
+        .or_else(|| slot_balance(&view))
+        .or_else(|| removed_shards(&view))
+        .unwrap_or(Step::Converged)
+}
+
+struct View<'a> {
+    desired: &'a DesiredShape,
+    nodes: Vec<&'a ObservedNode>,
+}
+
+impl<'a> View<'a> {
+    fn in_shard(&self, shard: u32) -> impl Iterator<Item = &'a ObservedNode> + '_ {
+        self.nodes.iter().copied().filter(move |n| n.shard == shard)
+    }
+
+    /// Every shard that is desired or still has nodes.
+    fn shards(&self) -> BTreeSet<u32> {
+        (0..self.desired.shards)
+            .chain(self.nodes.iter().map(|n| n.shard))
+            .collect()
+    }
+
+    /// The live primaries of a shard, the one owning slots first.
+    fn primaries(&self, shard: u32) -> Vec<&'a ObservedNode> {
+        let mut primaries: Vec<&ObservedNode> = self
+            .in_shard(shard)
+            .filter(|n| n.reachable && n.lifecycle == Lifecycle::Active && n.role == Role::Primary)
+            .collect();
+        primaries.sort_by_key(|n| n.slot_count() == 0);
+        primaries
+    }
+
+    fn primary(&self, shard: u32) -> Option<&'a ObservedNode> {
+        self.primaries(shard).first().copied()
+    }
+
+    /// Live, active replicas of a shard: the ones that count towards its target.
+    fn replicas(&self, shard: u32) -> Vec<&'a ObservedNode> {
+        self.in_shard(shard)
+            .filter(|n| n.reachable && n.lifecycle == Lifecycle::Active && n.role == Role::Replica)
+            .collect()
+    }
+
+    fn owned_slots(&self) -> u32 {
+        self.nodes.iter().map(|n| n.slot_count()).sum()
+    }
+}
+
+/// Rule 0: a failover of this roll that left an outdated primary in place did not complete.
+/// Nothing else moves until it does (or an operator intervenes).
+fn failed_failovers(view: &View, memory: &RollMemory) -> Option<Step> {
+    let desired = view.desired;
+    memory
+        .failed_over_shards
+        .iter()
+        .filter(|&&shard| memory.has_failed_over(&desired.revision, shard))
+        .find_map(|&shard| {
+            let primary = view.primary(shard)?;
+            (!primary.is_up_to_date(desired)).then(|| Step::Stalled {
+                reason: format!(
+                    "the failover of shard {shard} did not complete: its primary {} still \
+                     runs {}, and a shard fails over only once per roll",
+                    primary.name, primary.revision
+                ),
+            })
+        })
+}
+
+/// Rule 1: activate, wait for, or stall on `Joining` nodes.
+fn joining_nodes(view: &View) -> Option<Step> {
+    let joining: Vec<&ObservedNode> = view
+        .nodes
+        .iter()
+        .copied()
+        .filter(|n| n.lifecycle == Lifecycle::Joining)
+        .collect();
+    let blockers: Vec<(&ObservedNode, String)> = joining
+        .iter()
+        .filter_map(|n| join_blocker(view, n).map(|why| (*n, why)))
+        .collect();
+    if let Some(ready) = joining
+        .iter()
+        .find(|n| !blockers.iter().any(|(b, _)| b.name == n.name))
+    {
+        return Some(Step::Activate {
+            shard: ready.shard,
+            node: ready.name.clone(),
+        });
+    }
+    if let Some((node, why)) = blockers.iter().find(|(n, _)| n.join_overdue) {
+        return Some(Step::Stalled {
+            reason: format!(
+                "{} joined shard {} but never became ready ({why})",
+                node.name, node.shard
+            ),
+        });
+    }
+    blockers.first().map(|(node, why)| Step::Wait {
+        reason: format!("{} is joining shard {}: {why}", node.name, node.shard),
+    })
+}
+
+/// Why a joining node is not ready yet, or `None` when it is.
+fn join_blocker(view: &View, node: &ObservedNode) -> Option<String> {
+    if !node.reachable {
+        return Some("unreachable".into());
+    }
+    match view.primary(node.shard) {
+        Some(primary) => {
+            if node.role != Role::Replica {
+                return Some(format!("not yet a replica of {}", primary.name));
+            }
+            let Some(sync) = node.sync else {
+                return Some("no replication state yet".into());
+            };
+            if !sync.link_up {
+                Some("replication link down".into())
+            } else if sync.sync_in_progress {
+                Some("full sync in progress".into())
+            } else if sync.offset < sync.primary_offset {
+                Some(format!(
+                    "replication offset {} behind the primary's {}",
+                    sync.offset, sync.primary_offset
+                ))
+            } else if !sync.known_to_primaries {
+                Some(format!(
+                    "not every primary lists it as a replica of {} yet",
+                    primary.name
+                ))
+            } else {
+                None
+            }
+        }
+        None if node.role != Role::Primary => Some("not a primary".into()),
+        None if view.owned_slots() > 0 && !node.cluster_ok => {
+            Some("has not learnt the slot map yet (cluster_state not ok)".into())
+        }
+        None => None,
+    }
+}
+
+/// Rule 2: a slot owner that is unreachable is Valkey's to fail over, not ours.
+fn dead_primaries(view: &View) -> Option<Step> {
+    let dead = view
+        .nodes
+        .iter()
+        .find(|n| !n.reachable && n.slot_count() > 0)?;
+    let has_live_replica = !view.replicas(dead.shard).is_empty();
+    let what = format!(
+        "{}, primary of shard {} owning {} slots, is unreachable",
+        dead.name,
+        dead.shard,
+        dead.slot_count()
+    );
+    Some(if has_live_replica {
+        Step::Wait {
+            reason: format!("{what}: waiting for Valkey's own failover"),
+        }
+    } else {
+        Step::Stalled {
+            reason: format!("{what} and its shard has no live replica to fail over to"),
+        }
+    })
+}
+
+/// Rule 3: a desired shard with no node at all gets its primary.
+fn missing_primaries(view: &View) -> Option<Step> {
+    (0..view.desired.shards)
+        .find(|&shard| view.in_shard(shard).next().is_none())
+        .map(|shard| Step::JoinPrimary { shard })
+}
+
+/// Rule 4: slots nobody owns go to the desired shard whose bootstrap range holds them.
+fn unassigned_slots(view: &View) -> Option<Step> {
+    if view.owned_slots() >= SLOT_COUNT {
+        return None;
+    }
+    let covered = coverage(view.nodes.iter().flat_map(|n| n.slots.iter()));
+    let mut assignments = Vec::new();
+    for shard in 0..view.desired.shards {
+        let missing = uncovered_parts(bootstrap_range(shard, view.desired.shards), &covered);
+        if missing.is_empty() {
+            continue;
+        }
+        let Some(primary) = view.primary(shard) else {
+            return Some(Step::Stalled {
+                reason: format!("shard {shard} has no live primary to take its unowned slots"),
+            });
+        };
+        assignments.push((primary.name.clone(), missing));
+    }
+    Some(Step::AssignSlots { assignments })
+}
+
+/// Rule 5: act only on a settled cluster.
+fn unsettled_cluster(view: &View) -> Option<Step> {
+    let live = || view.nodes.iter().filter(|n| n.reachable);
+    if let Some(node) = live().find(|n| n.migrating) {
+        return Some(Step::Wait {
+            reason: format!("a slot migration is running on {}", node.name),
+        });
+    }
+    live().find(|n| !n.cluster_ok).map(|node| Step::Wait {
+        reason: format!("{} does not report cluster_state:ok yet", node.name),
+    })
+}
+
+/// Rule 6: replicas and the roll itself, strictly one shard at a time.
+fn shard_replicas(view: &View, memory: &RollMemory) -> Option<Step> {
+    let mut order: Vec<u32> = (0..view.desired.shards).collect();
+    // A shard whose roll has begun is finished before another one starts.
+    order.sort_by_key(|&shard| !roll_in_progress(view, memory, shard));
+    order
+        .into_iter()
+        .find_map(|shard| shard_step(view, memory, shard))
+}
+
+fn roll_in_progress(view: &View, memory: &RollMemory, shard: u32) -> bool {
+    let desired = view.desired;
+    let up_to_date = view.in_shard(shard).filter(|n| n.is_up_to_date(desired));
+    let outdated = view.in_shard(shard).filter(|n| !n.is_up_to_date(desired));
+    (up_to_date.count() > 0 || memory.has_failed_over(&desired.revision, shard))
+        && outdated.count() > 0
+}
+
+fn shard_step(view: &View, memory: &RollMemory, shard: u32) -> Option<Step> {
+    let desired = view.desired;
+    let Some(primary) = view.primary(shard) else {
+        return Some(Step::Stalled {
+            reason: format!("shard {shard} has no live primary"),
+        });
+    };
+    if let Some(second) = view.primaries(shard).get(1) {
+        return Some(Step::Stalled {
+            reason: format!(
+                "shard {shard} has two primaries, {} and {}",
+                primary.name, second.name
+            ),
+        });
+    }
+    let target = desired.replicas_per_shard as usize;
+    let replicas = view.replicas(shard);
+    let join = || Step::JoinReplica {
+        shard,
+        primary: primary.name.clone(),
+    };
+    let retire = |node: &ObservedNode, reason: &str| Step::RetireNode {
+        shard,
+        node: node.name.clone(),
+        reason: reason.to_owned(),
+    };
+    if replicas.len() < target {
+        return Some(join());
+    }
+    if let Some(dead) = view.in_shard(shard).find(|n| !n.reachable) {
+        return Some(retire(dead, "unreachable, and its replacement has joined"));
+    }
+    let mut outdated: Vec<&ObservedNode> = replicas
+        .iter()
+        .copied()
+        .filter(|n| !n.is_up_to_date(desired))
+        .collect();
+    outdated.sort_by_key(|n| replica_offset(n));
+    if replicas.len() > target
+        && let Some(oldest) = outdated.first()
+    {
+        return Some(retire(
+            oldest,
+            "outdated, and the shard is above its target",
+        ));
+    }
+    if !primary.is_up_to_date(desired) {
+        return Some(failover_step(view, memory, shard, primary, &replicas).unwrap_or_else(join));
+    }
+    if replicas.len() > target {
+        let least_caught_up = replicas.iter().min_by_key(|n| replica_offset(n))?;
+        return Some(retire(least_caught_up, "the shard is above its target"));
+    }
+    (!outdated.is_empty()).then(join)
+}
+
+/// The one failover of an outdated primary, a wait for its target to sync, or `None` when the
+/// shard first needs an up-to-date replica.
+fn failover_step(
+    view: &View,
+    memory: &RollMemory,
+    shard: u32,
+    primary: &ObservedNode,
+    replicas: &[&ObservedNode],
+) -> Option<Step> {
+    let desired = view.desired;
+    if memory.has_failed_over(&desired.revision, shard) {
+        // Rule 0 reports the details; never a second failover.
+        return Some(Step::Stalled {
+            reason: format!("shard {shard} already had its failover in this roll"),
+        });
+    }
+    let up_to_date: Vec<&ObservedNode> = replicas
+        .iter()
+        .copied()
+        .filter(|n| n.is_up_to_date(desired))
+        .collect();
+    let best_synced = up_to_date
+        .iter()
+        .filter(|n| n.sync.is_some_and(|s| s.is_synced()))
+        .max_by(|a, b| {
+            replica_offset(a)
+                .cmp(&replica_offset(b))
+                .then_with(|| b.name.cmp(&a.name))
+        });
+    if let Some(target) = best_synced {
+        return Some(Step::Failover {
+            shard,
+            from: primary.name.clone(),
+            to: target.name.clone(),
+        });
+    }
+    up_to_date.first().map(|n| Step::Wait {
+        reason: format!(
+            "{} must be synced before shard {shard} fails over to it",
+            n.name
+        ),
+    })
+}
+
+fn replica_offset(node: &ObservedNode) -> u64 {
+    node.sync.map_or(0, |s| s.offset)
+}
+
+/// Rule 7: balance slots, draining shards beyond the desired count first.
+fn slot_balance(view: &View) -> Option<Step> {
+    let shards = view.desired.shards;
+    let owned = |shard: u32| -> u32 { view.in_shard(shard).map(|n| n.slot_count()).sum() };
+    let all = view.shards();
+    let source = all
+        .iter()
+        .copied()
+        .filter(|&s| owned(s) > target_count(s, shards))
+        .max_by_key(|&s| {
+            (
+                s >= shards,
+                owned(s) - target_count(s, shards),
+                u32::MAX - s,
+            )
+        })?;
+    let dest = all
+        .iter()
+        .copied()
+        .filter(|&s| owned(s) < target_count(s, shards))
+        .max_by_key(|&s| (target_count(s, shards) - owned(s), u32::MAX - s))?;
+    let count = (owned(source) - target_count(source, shards))
+        .min(target_count(dest, shards) - owned(dest));
+    let (Some(from), Some(to)) = (view.primary(source), view.primary(dest)) else {
+        return Some(Step::Stalled {
+            reason: format!("shards {source} and {dest} need live primaries to move slots"),
+        });
+    };
+    Some(Step::MigrateSlots {
+        from_shard: source,
+        to_shard: dest,
+        from: from.name.clone(),
+        to: to.name.clone(),
+        slots: take_highest(&from.slots, count),
+    })
+}
+
+/// Rule 8: retire the nodes of drained shards beyond the desired count, primary last.
+fn removed_shards(view: &View) -> Option<Step> {
+    let shard = view
+        .shards()
+        .into_iter()
+        .find(|&s| s >= view.desired.shards)?;
+    let nodes: Vec<&ObservedNode> = view.in_shard(shard).collect();
+    if nodes.iter().any(|n| n.slot_count() > 0) {
+        return None;
+    }
+    let last = nodes
+        .iter()
+        .find(|n| n.role == Role::Replica || !n.reachable)
+        .or_else(|| nodes.first())?;
+    Some(Step::RetireNode {
+        shard,
+        node: last.name.clone(),
+        reason: format!("shard {shard} is being removed and owns no slots"),
+    })
+}

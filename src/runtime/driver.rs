@@ -1,0 +1,486 @@
+//! The executor: observe every node through the engine protocol, ask the planner for the next
+//! step, perform exactly that step through a [`NodeRuntime`] and the engine, and repeat. This is
+//! what runs a roll on the local runtime; the Kubernetes controller does the same one step per
+//! reconcile.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio::time::{Instant, sleep};
+
+use super::{NodeAddress, NodeRuntime, NodeSpec, RuntimeError};
+use crate::roll::{
+    DesiredShape, Lifecycle, ObservedNode, ReplicaSync, Role, RollMemory, Step, plan,
+};
+use crate::valkey::{ClusterNode, EngineError, NodeClient, forget_everywhere};
+
+/// How long each kind of action may take.
+#[derive(Clone, Debug)]
+pub struct Timeouts {
+    /// One engine call (and connecting).
+    pub call: Duration,
+    /// A new node must answer PING, and be made a replica, within this.
+    pub start: Duration,
+    /// A joining node must become ready (synced) within this, or the roll stalls on it.
+    pub join: Duration,
+    /// A failover must complete within this.
+    pub failover: Duration,
+    /// One slot migration must finish within this.
+    pub migration: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            call: Duration::from_secs(2),
+            start: Duration::from_secs(10),
+            join: Duration::from_secs(60),
+            failover: Duration::from_secs(10),
+            migration: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Why driving the roll stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DriveError {
+    #[error("runtime: {0}")]
+    Runtime(#[from] RuntimeError),
+    #[error("engine: {0}")]
+    Engine(#[from] EngineError),
+    #[error("the planner named {node}, which this driver does not run")]
+    UnknownNode { node: String },
+    #[error("the roll stalled: {reason}")]
+    Stalled { reason: String },
+    #[error("not converged within {waited:?}; last step: {last}")]
+    Deadline { waited: Duration, last: String },
+}
+
+/// One step performed, for reports and benchmarks.
+#[derive(Clone, Debug)]
+pub struct StepRecord {
+    pub step: Step,
+    pub started: Instant,
+    pub finished: Instant,
+    /// The error, if the step failed.
+    pub error: Option<String>,
+}
+
+struct Member {
+    spec: NodeSpec,
+    address: NodeAddress,
+    id: Option<String>,
+    lifecycle: Lifecycle,
+    joined_at: Instant,
+}
+
+/// Drives one cluster on a runtime.
+pub struct Roller<R: NodeRuntime> {
+    runtime: R,
+    cluster: String,
+    members: BTreeMap<String, Member>,
+    memory: RollMemory,
+    timeouts: Timeouts,
+    next_index: u32,
+    history: Vec<StepRecord>,
+}
+
+/// What one reachable node said about itself.
+struct NodeReport {
+    role: Role,
+    link_up: bool,
+    sync_in_progress: bool,
+    replica_offset: u64,
+    master_repl_offset: u64,
+    cluster_ok: bool,
+    migrating: bool,
+    myself: Option<ClusterNode>,
+    view: Vec<ClusterNode>,
+}
+
+impl<R: NodeRuntime> Roller<R> {
+    pub fn new(runtime: R, cluster: &str, timeouts: Timeouts) -> Self {
+        Self {
+            runtime,
+            cluster: cluster.to_owned(),
+            members: BTreeMap::new(),
+            memory: RollMemory::default(),
+            timeouts,
+            next_index: 0,
+            history: Vec::new(),
+        }
+    }
+
+    pub fn runtime(&self) -> &R {
+        &self.runtime
+    }
+
+    /// Every step performed so far.
+    pub fn history(&self) -> &[StepRecord] {
+        &self.history
+    }
+
+    /// `ip:port` of every node, for clients.
+    pub fn addresses(&self) -> Vec<String> {
+        self.members
+            .values()
+            .map(|m| m.address.to_string())
+            .collect()
+    }
+
+    /// Node name → `ip:port`.
+    pub fn nodes(&self) -> BTreeMap<String, String> {
+        self.members
+            .iter()
+            .map(|(name, m)| (name.clone(), m.address.to_string()))
+            .collect()
+    }
+
+    /// Kill a node without retiring it, as a crash would (for healing tests).
+    pub async fn crash_node(&mut self, name: &str) -> Result<(), DriveError> {
+        self.runtime.stop_node(name).await?;
+        Ok(())
+    }
+
+    async fn client(&self, address: &NodeAddress) -> Result<NodeClient, EngineError> {
+        NodeClient::connect(&address.to_string(), self.timeouts.call).await
+    }
+
+    async fn member_client(&self, name: &str) -> Result<NodeClient, DriveError> {
+        let member = self
+            .members
+            .get(name)
+            .ok_or_else(|| DriveError::UnknownNode {
+                node: name.to_owned(),
+            })?;
+        Ok(self.client(&member.address).await?)
+    }
+
+    async fn report(&self, address: &NodeAddress) -> Option<NodeReport> {
+        let client = self.client(address).await.ok()?;
+        let replication = client.replication_info().await.ok()?;
+        let info = client.cluster_info().await.ok()?;
+        let view = client.cluster_nodes().await.ok()?;
+        let migrating = match replication.role {
+            Role::Primary => client
+                .slot_migrations()
+                .await
+                .ok()?
+                .iter()
+                .any(|job| !job.succeeded() && !job.failed()),
+            Role::Replica => false,
+        };
+        Some(NodeReport {
+            role: replication.role,
+            link_up: replication.link_up,
+            sync_in_progress: replication.sync_in_progress,
+            replica_offset: replication.replica_offset,
+            master_repl_offset: replication.master_repl_offset,
+            cluster_ok: info.state_ok,
+            migrating,
+            myself: view.iter().find(|n| n.myself).cloned(),
+            view,
+        })
+    }
+
+    /// Observe every node. Replicas are asked a second time, after every primary, so that a
+    /// replica's offset is never compared with a primary offset read later than it.
+    pub async fn observe(&self) -> Vec<ObservedNode> {
+        let reports: Vec<Option<NodeReport>> =
+            join_all(self.members.values().map(|m| self.report(&m.address))).await;
+        let mut reports: HashMap<&str, NodeReport> = self
+            .members
+            .keys()
+            .map(String::as_str)
+            .zip(reports)
+            .filter_map(|(name, report)| Some((name, report?)))
+            .collect();
+        let replicas: Vec<&str> = reports
+            .iter()
+            .filter(|(_, r)| r.role == Role::Replica)
+            .map(|(name, _)| *name)
+            .collect();
+        for name in replicas {
+            let fresh = match self.members.get(name) {
+                Some(member) => self.report(&member.address).await,
+                None => None,
+            };
+            match fresh {
+                Some(fresh) => reports.insert(name, fresh),
+                None => reports.remove(name),
+            };
+        }
+        let primaries: HashMap<String, &NodeReport> = reports
+            .values()
+            .filter(|r| r.role == Role::Primary)
+            .filter_map(|r| Some((r.myself.as_ref()?.id.clone(), r)))
+            .collect();
+        let view: Vec<ClusterNode> = reports
+            .values()
+            .find(|r| r.cluster_ok)
+            .or_else(|| reports.values().next())
+            .map(|r| r.view.clone())
+            .unwrap_or_default();
+        self.members
+            .iter()
+            .map(|(name, member)| {
+                let seen = member
+                    .id
+                    .as_ref()
+                    .and_then(|id| view.iter().find(|n| &n.id == id));
+                let overdue = member.lifecycle == Lifecycle::Joining
+                    && member.joined_at.elapsed() > self.timeouts.join;
+                let base = ObservedNode {
+                    name: name.clone(),
+                    shard: member.spec.shard,
+                    revision: member.spec.revision.clone(),
+                    lifecycle: member.lifecycle,
+                    join_overdue: overdue,
+                    reachable: false,
+                    role: match seen {
+                        Some(n) if n.primary => Role::Primary,
+                        _ => Role::Replica,
+                    },
+                    sync: None,
+                    slots: seen.map(|n| n.slots.clone()).unwrap_or_default(),
+                    cluster_ok: false,
+                    migrating: false,
+                };
+                let Some(report) = reports.get(name.as_str()) else {
+                    return base;
+                };
+                let myself = report.myself.as_ref();
+                let primary = myself
+                    .and_then(|m| Some((m, m.replica_of.as_ref()?)))
+                    .and_then(|(m, id)| Some((m, id, primaries.get(id)?)));
+                ObservedNode {
+                    reachable: true,
+                    role: report.role,
+                    sync: match (report.role, primary) {
+                        (Role::Replica, Some((me, primary_id, primary))) => Some(ReplicaSync {
+                            link_up: report.link_up,
+                            sync_in_progress: report.sync_in_progress,
+                            offset: report.replica_offset,
+                            primary_offset: primary.master_repl_offset,
+                            known_to_primaries: primaries.values().all(|p| {
+                                p.view.iter().any(|n| {
+                                    n.id == me.id && n.replica_of.as_ref() == Some(primary_id)
+                                })
+                            }),
+                        }),
+                        _ => None,
+                    },
+                    slots: myself.map(|m| m.slots.clone()).unwrap_or_default(),
+                    cluster_ok: report.cluster_ok,
+                    migrating: report.migrating,
+                    ..base
+                }
+            })
+            .collect()
+    }
+
+    /// Observe, plan, and perform one step; returns the step (performed or not, on error).
+    pub async fn step(&mut self, desired: &DesiredShape) -> (Step, Result<(), DriveError>) {
+        let observed = self.observe().await;
+        let step = plan(desired, &observed, &self.memory);
+        let started = Instant::now();
+        let result = self.act(&step, desired).await;
+        if !matches!(step, Step::Wait { .. } | Step::Converged) {
+            tracing::info!(%step, ok = result.is_ok(), "roll step");
+            self.history.push(StepRecord {
+                step: step.clone(),
+                started,
+                finished: Instant::now(),
+                error: result.as_ref().err().map(ToString::to_string),
+            });
+        }
+        (step, result)
+    }
+
+    /// Step until the planner says [`Step::Converged`]; stop on a stall, on three failed steps
+    /// in a row, or at `deadline`.
+    pub async fn converge(
+        &mut self,
+        desired: &DesiredShape,
+        deadline: Duration,
+    ) -> Result<(), DriveError> {
+        let started = Instant::now();
+        let mut failures = 0;
+        loop {
+            let (step, result) = self.step(desired).await;
+            match (&step, result) {
+                (Step::Converged, _) => return Ok(()),
+                (Step::Stalled { reason }, _) => {
+                    return Err(DriveError::Stalled {
+                        reason: reason.clone(),
+                    });
+                }
+                (_, Err(error)) => {
+                    failures += 1;
+                    if failures >= 3 {
+                        return Err(error);
+                    }
+                }
+                (_, Ok(())) => failures = 0,
+            }
+            if started.elapsed() > deadline {
+                return Err(DriveError::Deadline {
+                    waited: started.elapsed(),
+                    last: step.to_string(),
+                });
+            }
+            if matches!(step, Step::Wait { .. }) {
+                sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+
+    async fn act(&mut self, step: &Step, desired: &DesiredShape) -> Result<(), DriveError> {
+        match step {
+            Step::JoinPrimary { shard } => self.join(*shard, desired, None).await,
+            Step::JoinReplica { shard, primary } => {
+                self.join(*shard, desired, Some(primary.as_str())).await
+            }
+            Step::Activate { node, .. } => {
+                let member = self
+                    .members
+                    .get_mut(node)
+                    .ok_or_else(|| DriveError::UnknownNode { node: node.clone() })?;
+                member.lifecycle = Lifecycle::Active;
+                Ok(())
+            }
+            Step::AssignSlots { assignments } => {
+                for (node, slots) in assignments {
+                    self.member_client(node)
+                        .await?
+                        .add_slots_range(slots)
+                        .await?;
+                }
+                Ok(())
+            }
+            Step::Failover { shard, from, to } => {
+                // Remembered before it is issued: whatever happens, never a second one.
+                self.memory.record_failover(&desired.revision, *shard);
+                let old_primary = self.member_client(from).await?;
+                let new_primary = self.member_client(to).await?;
+                new_primary
+                    .failover(&old_primary, self.timeouts.failover)
+                    .await?;
+                Ok(())
+            }
+            Step::MigrateSlots {
+                from, to, slots, ..
+            } => {
+                let target = self.member_client(to).await?.my_id().await?;
+                self.member_client(from)
+                    .await?
+                    .migrate_slots(&target, slots, self.timeouts.migration)
+                    .await?;
+                Ok(())
+            }
+            Step::RetireNode { node, .. } => self.retire(node).await,
+            Step::Wait { .. } | Step::Stalled { .. } | Step::Converged => Ok(()),
+        }
+    }
+
+    /// Start a node, introduce it, and (for a replica) attach it to `primary`. The node is a
+    /// `Joining` member from the moment it starts, so a failure here leaves it for the planner
+    /// to wait on (and stall on, once overdue).
+    async fn join(
+        &mut self,
+        shard: u32,
+        desired: &DesiredShape,
+        primary: Option<&str>,
+    ) -> Result<(), DriveError> {
+        let name = format!("{}-{shard}-{}", self.cluster, self.next_index);
+        self.next_index += 1;
+        let spec = NodeSpec {
+            name: name.clone(),
+            shard,
+            revision: desired.revision.clone(),
+        };
+        let address = self.runtime.start_node(&spec).await?;
+        self.members.insert(
+            name.clone(),
+            Member {
+                spec,
+                address: address.clone(),
+                id: None,
+                lifecycle: Lifecycle::Joining,
+                joined_at: Instant::now(),
+            },
+        );
+        let client = self.wait_until_answering(&address).await?;
+        let id = client.my_id().await?;
+        if let Some(member) = self.members.get_mut(&name) {
+            member.id = Some(id);
+        }
+        if let Some(peer) = self.live_peer(&name).await {
+            client.meet(&peer.ip, peer.port).await?;
+        }
+        if let Some(primary) = primary {
+            let primary_id = self.member_client(primary).await?.my_id().await?;
+            client.replicate(&primary_id, self.timeouts.start).await?;
+        }
+        Ok(())
+    }
+
+    async fn wait_until_answering(&self, address: &NodeAddress) -> Result<NodeClient, DriveError> {
+        let started = Instant::now();
+        loop {
+            let attempt = match self.client(address).await {
+                Ok(client) => client.ping().await.map(|()| client),
+                Err(error) => Err(error),
+            };
+            match attempt {
+                Ok(client) => return Ok(client),
+                Err(error) if started.elapsed() > self.timeouts.start => return Err(error.into()),
+                Err(_) => sleep(Duration::from_millis(20)).await,
+            }
+        }
+    }
+
+    /// Some other member that answers, to meet a new node through.
+    async fn live_peer(&self, except: &str) -> Option<NodeAddress> {
+        for (name, member) in &self.members {
+            if name == except || member.lifecycle != Lifecycle::Active {
+                continue;
+            }
+            if let Ok(client) = self.client(&member.address).await
+                && client.ping().await.is_ok()
+            {
+                return Some(member.address.clone());
+            }
+        }
+        None
+    }
+
+    /// Stop the node, then make every remaining node forget it.
+    async fn retire(&mut self, node: &str) -> Result<(), DriveError> {
+        let member = self
+            .members
+            .remove(node)
+            .ok_or_else(|| DriveError::UnknownNode {
+                node: node.to_owned(),
+            })?;
+        match self.runtime.stop_node(node).await {
+            // A node that crashed may already be gone from the runtime.
+            Ok(()) | Err(RuntimeError::UnknownNode { .. }) => {}
+            Err(error) => return Err(error.into()),
+        }
+        let Some(id) = member.id else {
+            return Ok(());
+        };
+        let mut remaining = Vec::new();
+        for other in self.members.values() {
+            if let Ok(client) = self.client(&other.address).await
+                && client.ping().await.is_ok()
+            {
+                remaining.push(client);
+            }
+        }
+        forget_everywhere(&remaining, &id).await?;
+        Ok(())
+    }
+}

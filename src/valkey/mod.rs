@@ -1,0 +1,381 @@
+//! The engine protocol: the commands the operator sends to one Valkey node, over the `redis`
+//! crate's async connection. Every call has a timeout; every error names the node and command.
+//! Waiting operations (replicate, failover, slot migration) poll until done or a deadline.
+
+pub mod parse;
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, Value};
+use tokio::time::{Instant, sleep, timeout};
+
+pub use parse::{
+    ClusterInfo, ClusterNode, ClusterShard, ReplicationInfo, ServerInfo, ShardMember, SlotMigration,
+};
+
+use crate::roll::{Role, SlotRange};
+
+/// How often waiting operations re-check the node.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// An engine call that failed, naming the node (`ip:port`) and the command.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{node}: {command}: {source}")]
+    Command {
+        node: String,
+        command: String,
+        source: redis::RedisError,
+    },
+    #[error("{node}: {command}: no reply within {after:?}")]
+    Timeout {
+        node: String,
+        command: String,
+        after: Duration,
+    },
+    #[error("{node}: {command}: unexpected reply: {reply}")]
+    Reply {
+        node: String,
+        command: String,
+        reply: String,
+    },
+    #[error("{node}: {command}: gave up after {waited:?}: {last}")]
+    Deadline {
+        node: String,
+        command: String,
+        waited: Duration,
+        last: String,
+    },
+    #[error("{node}: slot migration {job} ended {state}: {message}")]
+    MigrationFailed {
+        node: String,
+        job: String,
+        state: String,
+        message: String,
+    },
+}
+
+impl EngineError {
+    /// A small, bounded label for metrics.
+    pub fn category(&self) -> &'static str {
+        match self {
+            EngineError::Command { .. } => "command",
+            EngineError::Timeout { .. } => "timeout",
+            EngineError::Reply { .. } => "reply",
+            EngineError::Deadline { .. } => "deadline",
+            EngineError::MigrationFailed { .. } => "migration",
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, EngineError>;
+
+/// A connection to one Valkey node.
+#[derive(Clone)]
+pub struct NodeClient {
+    addr: String,
+    conn: MultiplexedConnection,
+    call_timeout: Duration,
+}
+
+impl NodeClient {
+    /// Connect to `ip:port`; connecting and every later call are bounded by `call_timeout`.
+    pub async fn connect(addr: &str, call_timeout: Duration) -> Result<Self> {
+        let command = "connect".to_owned();
+        let client = redis::Client::open(format!("redis://{addr}/")).map_err(|source| {
+            EngineError::Command {
+                node: addr.to_owned(),
+                command: command.clone(),
+                source,
+            }
+        })?;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(call_timeout))
+            .set_response_timeout(Some(call_timeout));
+        let conn = timeout(
+            call_timeout,
+            client.get_multiplexed_async_connection_with_config(&config),
+        )
+        .await
+        .map_err(|_| EngineError::Timeout {
+            node: addr.to_owned(),
+            command: command.clone(),
+            after: call_timeout,
+        })?
+        .map_err(|source| EngineError::Command {
+            node: addr.to_owned(),
+            command,
+            source,
+        })?;
+        Ok(Self {
+            addr: addr.to_owned(),
+            conn,
+            call_timeout,
+        })
+    }
+
+    /// `ip:port` of the node.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    async fn call<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
+        let command = describe(cmd);
+        let mut conn = self.conn.clone();
+        match timeout(self.call_timeout, cmd.query_async::<T>(&mut conn)).await {
+            Err(_) => Err(EngineError::Timeout {
+                node: self.addr.clone(),
+                command,
+                after: self.call_timeout,
+            }),
+            Ok(Err(source)) => Err(EngineError::Command {
+                node: self.addr.clone(),
+                command,
+                source,
+            }),
+            Ok(Ok(reply)) => Ok(reply),
+        }
+    }
+
+    fn bad_reply(&self, command: &str, reply: impl Into<String>) -> EngineError {
+        EngineError::Reply {
+            node: self.addr.clone(),
+            command: command.to_owned(),
+            reply: reply.into(),
+        }
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        let _: String = self.call(&redis::cmd("PING")).await?;
+        Ok(())
+    }
+
+    async fn info(&self, section: &str) -> Result<String> {
+        self.call(redis::cmd("INFO").arg(section)).await
+    }
+
+    pub async fn server_info(&self) -> Result<ServerInfo> {
+        let text = self.info("server").await?;
+        ServerInfo::parse(&text).ok_or_else(|| self.bad_reply("INFO server", text))
+    }
+
+    pub async fn replication_info(&self) -> Result<ReplicationInfo> {
+        let text = self.info("replication").await?;
+        ReplicationInfo::parse(&text).ok_or_else(|| self.bad_reply("INFO replication", text))
+    }
+
+    pub async fn cluster_info(&self) -> Result<ClusterInfo> {
+        let text: String = self.call(redis::cmd("CLUSTER").arg("INFO")).await?;
+        ClusterInfo::parse(&text).ok_or_else(|| self.bad_reply("CLUSTER INFO", text))
+    }
+
+    pub async fn cluster_nodes(&self) -> Result<Vec<ClusterNode>> {
+        let text: String = self.call(redis::cmd("CLUSTER").arg("NODES")).await?;
+        ClusterNode::parse_all(&text).ok_or_else(|| self.bad_reply("CLUSTER NODES", text))
+    }
+
+    pub async fn cluster_shards(&self) -> Result<Vec<ClusterShard>> {
+        let reply: Value = self.call(redis::cmd("CLUSTER").arg("SHARDS")).await?;
+        ClusterShard::parse_all(&reply)
+            .ok_or_else(|| self.bad_reply("CLUSTER SHARDS", format!("{reply:?}")))
+    }
+
+    /// This node's cluster id.
+    pub async fn my_id(&self) -> Result<String> {
+        self.call(redis::cmd("CLUSTER").arg("MYID")).await
+    }
+
+    /// Introduce the node at `ip:port` to this node's cluster.
+    pub async fn meet(&self, ip: &str, port: u16) -> Result<()> {
+        let _: String = self
+            .call(redis::cmd("CLUSTER").arg("MEET").arg(ip).arg(port))
+            .await?;
+        Ok(())
+    }
+
+    /// Make this node a replica of `primary_id`, retrying while gossip has not yet introduced
+    /// the primary ("Unknown node"), until `deadline`.
+    pub async fn replicate(&self, primary_id: &str, deadline: Duration) -> Result<()> {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("REPLICATE").arg(primary_id);
+        let started = Instant::now();
+        loop {
+            match self.call::<String>(&cmd).await {
+                Ok(_) => return Ok(()),
+                Err(EngineError::Command { source, .. })
+                    if source.to_string().contains("Unknown node")
+                        && started.elapsed() < deadline =>
+                {
+                    sleep(POLL_INTERVAL).await;
+                }
+                Err(EngineError::Command { source, .. })
+                    if source.to_string().contains("Unknown node") =>
+                {
+                    return Err(EngineError::Deadline {
+                        node: self.addr.clone(),
+                        command: describe(&cmd),
+                        waited: started.elapsed(),
+                        last: source.to_string(),
+                    });
+                }
+                Err(other) => return Err(other),
+            }
+        }
+    }
+
+    pub async fn add_slots_range(&self, slots: &[SlotRange]) -> Result<()> {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("ADDSLOTSRANGE");
+        for range in slots {
+            cmd.arg(range.start).arg(range.end);
+        }
+        let _: String = self.call(&cmd).await?;
+        Ok(())
+    }
+
+    /// Forget `node_id` on this node (see [`forget_everywhere`]).
+    pub async fn forget(&self, node_id: &str) -> Result<()> {
+        let _: String = self
+            .call(redis::cmd("CLUSTER").arg("FORGET").arg(node_id))
+            .await?;
+        Ok(())
+    }
+
+    /// Promote this replica in place of `primary` with the default `CLUSTER FAILOVER` (a clean
+    /// handoff: the primary pauses writes until this replica has caught up), then poll both
+    /// nodes until this one is primary and the old one its replica, or `deadline` passes; the
+    /// error then says which side had not changed.
+    pub async fn failover(&self, primary: &NodeClient, deadline: Duration) -> Result<()> {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("FAILOVER");
+        let _: String = self.call(&cmd).await?;
+        let started = Instant::now();
+        loop {
+            let promoted = self.replication_info().await.map(|i| i.role);
+            let demoted = primary.replication_info().await.map(|i| i.role);
+            if let (Ok(Role::Primary), Ok(Role::Replica)) = (&promoted, &demoted) {
+                return Ok(());
+            }
+            if started.elapsed() >= deadline {
+                return Err(EngineError::Deadline {
+                    node: self.addr.clone(),
+                    command: describe(&cmd),
+                    waited: started.elapsed(),
+                    last: format!(
+                        "{} is {promoted:?}, old primary {} is {demoted:?}",
+                        self.addr, primary.addr
+                    ),
+                });
+            }
+            sleep(POLL_INTERVAL).await;
+        }
+    }
+
+    pub async fn slot_migrations(&self) -> Result<Vec<SlotMigration>> {
+        let reply: Value = self
+            .call(redis::cmd("CLUSTER").arg("GETSLOTMIGRATIONS"))
+            .await?;
+        SlotMigration::parse_all(&reply)
+            .ok_or_else(|| self.bad_reply("CLUSTER GETSLOTMIGRATIONS", format!("{reply:?}")))
+    }
+
+    /// Cancel every running slot migration of this node; nothing running is not an error.
+    pub async fn cancel_slot_migrations(&self) -> Result<()> {
+        match self
+            .call::<Value>(redis::cmd("CLUSTER").arg("CANCELSLOTMIGRATIONS"))
+            .await
+        {
+            Err(EngineError::Command { source, .. })
+                if source.to_string().contains("No migrations ongoing") =>
+            {
+                Ok(())
+            }
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// Move `slots` from this primary to `target_id` with atomic slot migration, polling
+    /// `CLUSTER GETSLOTMIGRATIONS` until the job succeeds, fails, or `deadline` passes (then
+    /// the migration is cancelled, which leaves the slots with this node).
+    pub async fn migrate_slots(
+        &self,
+        target_id: &str,
+        slots: &[SlotRange],
+        deadline: Duration,
+    ) -> Result<()> {
+        let earlier: Vec<String> = self
+            .slot_migrations()
+            .await?
+            .into_iter()
+            .map(|job| job.name)
+            .collect();
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("MIGRATESLOTS").arg("SLOTSRANGE");
+        for range in slots {
+            cmd.arg(range.start).arg(range.end);
+        }
+        cmd.arg("NODE").arg(target_id);
+        let _: String = self.call(&cmd).await?;
+        let started = Instant::now();
+        let mut last = String::from("job not listed yet");
+        while started.elapsed() < deadline {
+            let jobs = self.slot_migrations().await?;
+            if let Some(job) = jobs.into_iter().find(|j| !earlier.contains(&j.name)) {
+                if job.succeeded() {
+                    return Ok(());
+                }
+                if job.failed() {
+                    return Err(EngineError::MigrationFailed {
+                        node: self.addr.clone(),
+                        job: job.name,
+                        state: job.state,
+                        message: job.message,
+                    });
+                }
+                last = format!("job {} is {}", job.name, job.state);
+            }
+            sleep(POLL_INTERVAL).await;
+        }
+        self.cancel_slot_migrations().await?;
+        Err(EngineError::Deadline {
+            node: self.addr.clone(),
+            command: describe(&cmd),
+            waited: started.elapsed(),
+            last,
+        })
+    }
+
+    pub async fn config_set(&self, key: &str, value: &str) -> Result<()> {
+        let _: String = self
+            .call(redis::cmd("CONFIG").arg("SET").arg(key).arg(value))
+            .await?;
+        Ok(())
+    }
+
+    /// `ACL SETUSER username rule...` (rules such as `on`, `#<sha256>`, `~pattern`, `+@read`).
+    pub async fn acl_set_user(&self, username: &str, rules: &[String]) -> Result<()> {
+        let _: String = self
+            .call(redis::cmd("ACL").arg("SETUSER").arg(username).arg(rules))
+            .await?;
+        Ok(())
+    }
+}
+
+/// Forget `node_id` on every one of `remaining` (a node is only gone once all have forgotten
+/// it; otherwise gossip reintroduces it). Returns the first error after trying them all.
+pub async fn forget_everywhere(remaining: &[NodeClient], node_id: &str) -> Result<()> {
+    let results = futures::future::join_all(remaining.iter().map(|n| n.forget(node_id))).await;
+    results.into_iter().collect()
+}
+
+/// The command's name and first arguments, for error messages (never values or passwords).
+fn describe(cmd: &Cmd) -> String {
+    let mut words = Vec::new();
+    for arg in cmd.args_iter().take(2) {
+        if let redis::Arg::Simple(bytes) = arg {
+            words.push(String::from_utf8_lossy(bytes).to_uppercase());
+        }
+    }
+    words.join(" ")
+}
