@@ -3,4 +3,5 @@
 //! [`crate::roll`]. [`render`] holds what it creates, as pure functions of the cluster and its
 //! effective config.
 
+pub mod leader;
 pub mod render;

@@ -1,0 +1,108 @@
+//! Leader election against the real API server: one leader at a time, a clean handover on
+//! shutdown, and a takeover after a leader dies without releasing the Lease.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use testenv::ControlPlane;
+use tokio::sync::{oneshot, watch};
+use valkey_operator::controller::leader::{self, LeaseConfig};
+
+struct Elector {
+    leading: watch::Receiver<bool>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn start(client: kube::Client, identity: &str) -> Elector {
+    let config = LeaseConfig {
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(300),
+        ..LeaseConfig::new("default", identity)
+    };
+    let (sender, leading) = watch::channel(false);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(leader::run(client, config, sender, async move {
+        let _ = stopped.await;
+    }));
+    Elector {
+        leading,
+        stop: Some(stop),
+        task,
+    }
+}
+
+/// Polls until `condition`, asserting `invariant` at every poll.
+async fn until(what: &str, mut condition: impl FnMut() -> bool, mut invariant: impl FnMut()) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        invariant();
+        if condition() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn holder(leases: &Api<Lease>) -> Option<String> {
+    leases
+        .get("valkey-operator")
+        .await
+        .ok()?
+        .spec?
+        .holder_identity
+}
+
+#[tokio::test]
+async fn one_leader_at_a_time_with_handover_and_takeover() {
+    let plane = ControlPlane::start().await.expect("control plane");
+    let client = plane.client().await.unwrap();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+
+    let mut a = start(client.clone(), "replica-a");
+    until("replica-a to lead", || *a.leading.borrow(), || {}).await;
+    let mut b = start(client.clone(), "replica-b");
+    // For several retry periods, b must not lead while a does.
+    let watched_until = Instant::now() + Duration::from_secs(3);
+    until(
+        "three seconds of a leading alone",
+        || Instant::now() > watched_until,
+        || {
+            assert!(
+                *a.leading.borrow() && !*b.leading.borrow(),
+                "two leaders, or a lost its lease"
+            );
+        },
+    )
+    .await;
+    assert_eq!(holder(&leases).await.as_deref(), Some("replica-a"));
+
+    // A clean shutdown releases the Lease; b takes over.
+    let _ = a.stop.take().unwrap().send(());
+    (&mut a.task).await.unwrap();
+    assert!(!*a.leading.borrow());
+    until("replica-b to take over", || *b.leading.borrow(), || {}).await;
+    assert_eq!(holder(&leases).await.as_deref(), Some("replica-b"));
+
+    // b dies without releasing: c takes over once the Lease expires, never both at once.
+    let c = start(client.clone(), "replica-c");
+    b.task.abort();
+    let _ = (&mut b.task).await;
+    until(
+        "replica-c to take over an expired lease",
+        || *c.leading.borrow(),
+        || {},
+    )
+    .await;
+    let transitions = leases
+        .get("valkey-operator")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .lease_transitions;
+    assert_eq!(transitions, Some(2), "a → b → c");
+}
