@@ -5,3 +5,4 @@
 
 pub mod leader;
 pub mod render;
+pub mod status;
