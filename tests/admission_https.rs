@@ -263,6 +263,52 @@ async fn health_and_readiness_answer() {
     server.stop().await;
 }
 
+#[tokio::test]
+async fn before_the_caches_sync_it_is_not_ready_and_admits_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with(
+        dir.path(),
+        fleet(),
+        Policy::default(),
+        Duration::from_millis(200),
+        valkey_operator::caches::Readiness::default(),
+    )
+    .await;
+    let response = server
+        .client
+        .get(format!("{}/readyz", server.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_eq!(
+        response.text().await.unwrap(),
+        "waiting for caches to sync: valkeyimages, valkeyconfigs, valkeyclusters\n"
+    );
+    let image = admission_review(
+        "ValkeyImage",
+        "CREATE",
+        "valkey-9-1-2",
+        None,
+        Some(object(
+            "ValkeyImage",
+            "valkey-9-1-2",
+            None,
+            image_spec("9.1.2"),
+        )),
+        None,
+    );
+    let response = server.review("/validate/valkeyimages", &image).await;
+    assert_eq!(response["allowed"], false);
+    assert!(
+        response["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("has not synced its caches")
+    );
+    server.stop().await;
+}
+
 /// The leaf certificate the server presents to a fresh TLS handshake.
 async fn served_certificate(port: u16, ca: &std::path::Path) -> Vec<u8> {
     let config = std::sync::Arc::new(support::rustls_client_config(ca));

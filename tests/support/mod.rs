@@ -42,18 +42,29 @@ pub struct TestServer {
 }
 
 impl TestServer {
+    /// A server whose caches count as synced.
     pub async fn start(
         dir: &Path,
         fleet: Fleet,
         policy: Policy,
         reload_interval: Duration,
     ) -> Self {
+        Self::start_with(dir, fleet, policy, reload_interval, Readiness::synced()).await
+    }
+
+    pub async fn start_with(
+        dir: &Path,
+        fleet: Fleet,
+        policy: Policy,
+        reload_interval: Duration,
+        readiness: Readiness,
+    ) -> Self {
         tls::install_crypto_provider();
         write_certificates(dir);
         let metrics = Arc::new(Metrics::new().unwrap());
         let state = AppState {
             fleet: Arc::new(RwLock::new(fleet)),
-            readiness: Arc::new(Readiness::synced()),
+            readiness: Arc::new(readiness),
             metrics: metrics.clone(),
             policy: Arc::new(policy),
         };
