@@ -11,12 +11,17 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
 
 use crate::caches::{self, Readiness};
+use crate::controller::{
+    self,
+    leader::{self, LeaseConfig},
+};
 use crate::fleet::Fleet;
 use crate::metrics::Metrics;
 use crate::server::{self, AppState, ListenOptions};
 use crate::settings::{CONFIG_MAP, OperatorSettings};
 use crate::tls::CertificatePaths;
 use crate::{api, certs, webhook_config};
+use tokio::sync::watch;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -74,9 +79,12 @@ pub enum Command {
         /// Seconds between checks of the certificate files for a change.
         #[arg(long, default_value_t = 5)]
         cert_reload_seconds: u64,
-        /// Namespace of the operator's ConfigMap (valkey-operator-config).
+        /// Namespace of the operator's ConfigMap (valkey-operator-config) and leader Lease.
         #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
         namespace: String,
+        /// This replica's identity in the leader election (the Pod name in a cluster).
+        #[arg(long, env = "POD_NAME")]
+        identity: Option<String>,
     },
 }
 
@@ -116,6 +124,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             tls_key,
             cert_reload_seconds,
             namespace,
+            identity,
         } => {
             serve(
                 listen,
@@ -127,6 +136,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     reload_interval: Duration::from_secs(cert_reload_seconds.max(1)),
                 },
                 &namespace,
+                identity.unwrap_or_else(default_identity),
             )
             .await
         }
@@ -142,7 +152,18 @@ async fn load_settings(client: &Client, namespace: &str) -> anyhow::Result<Opera
     Ok(OperatorSettings::from_data(&data)?)
 }
 
-async fn serve(listen: SocketAddr, options: ListenOptions, namespace: &str) -> anyhow::Result<()> {
+/// `hostname-pid`, unique enough to tell replicas apart outside a cluster.
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{}-{}", host.trim(), std::process::id())
+}
+
+async fn serve(
+    listen: SocketAddr,
+    options: ListenOptions,
+    namespace: &str,
+    identity: String,
+) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("connecting to the Kubernetes API (KUBECONFIG or in-cluster)")?;
@@ -152,8 +173,26 @@ async fn serve(listen: SocketAddr, options: ListenOptions, namespace: &str) -> a
     let metrics = Arc::new(Metrics::new()?);
     let fleet = Arc::new(RwLock::new(Fleet::default()));
     let readiness = Arc::new(Readiness::default());
-    let (_stores, watches) = caches::start(client, fleet.clone(), readiness.clone());
+    let (_stores, watches) = caches::start(client.clone(), fleet.clone(), readiness.clone());
     let watches = tokio::spawn(watches);
+
+    // Every replica serves webhooks; only the Lease holder reconciles.
+    let (leading_tx, leading) = watch::channel(false);
+    let (stop_election, election_stopped) = tokio::sync::oneshot::channel::<()>();
+    let election = tokio::spawn(leader::run(
+        client.clone(),
+        LeaseConfig::new(namespace, &identity),
+        leading_tx,
+        async move {
+            let _ = election_stopped.await;
+        },
+    ));
+    let controller = tokio::spawn(controller::run(
+        client,
+        fleet.clone(),
+        settings.clone(),
+        leading,
+    ));
 
     let state = AppState {
         fleet,
@@ -172,6 +211,10 @@ async fn serve(listen: SocketAddr, options: ListenOptions, namespace: &str) -> a
         shutdown_signal(),
     )
     .await;
+    // Release the Lease so another replica takes over at once, then stop.
+    let _ = stop_election.send(());
+    let _ = election.await;
+    controller.abort();
     watches.abort();
     result
 }

@@ -179,6 +179,22 @@ pub struct ValkeyClusterStatus {
     pub nodes: Vec<ClusterNodeStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The revision every node should run; a node with another `spec.revision` is outdated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_revision: Option<String>,
+    /// What the roll in progress must remember across steps and operator restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roll: Option<RollStatus>,
+}
+
+/// The memory of a roll: the revision it rolls towards and the shards that already had their
+/// one failover (recorded before the failover is issued, so it is never issued twice).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RollStatus {
+    pub revision: String,
+    #[serde(default)]
+    pub failed_over_shards: Vec<i32>,
 }
 
 /// The cluster's lifecycle as users see it.

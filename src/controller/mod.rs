@@ -1,8 +1,112 @@
 //! The controller: reconciles each ValkeyCluster into ValkeyNodes, Pods, a headless Service and
 //! a PodDisruptionBudget, and rolls it one shard at a time through the planner in
-//! [`crate::roll`]. [`render`] holds what it creates, as pure functions of the cluster and its
-//! effective config.
+//! [`crate::roll`]. [`render`] holds what it creates, [`reconcile`] one observe → plan → act
+//! pass, [`leader`] the Lease that lets only one replica reconcile, [`status`] the status
+//! helpers. A change of a ValkeyConfig or ValkeyImage reaches every cluster that resolves
+//! through it, so a fleet change starts every affected cluster at once.
 
 pub mod leader;
+pub mod reconcile;
 pub mod render;
 pub mod status;
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::watch;
+
+use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, labels};
+use crate::fleet::Fleet;
+use crate::runtime::driver::Timeouts;
+use crate::settings::OperatorSettings;
+use reconcile::{Context, Error};
+
+/// The clusters that resolve through `config`.
+fn clusters_of_config(fleet: &RwLock<Fleet>, config: &str) -> Vec<ObjectRef<ValkeyCluster>> {
+    let fleet = fleet.read().unwrap_or_else(|p| p.into_inner());
+    fleet
+        .clusters_resolving_through(config)
+        .into_iter()
+        .map(|key| ObjectRef::new(&key.name).within(&key.namespace))
+        .collect()
+}
+
+/// The clusters whose configs name `image` (directly or through a base).
+fn clusters_of_image(fleet: &RwLock<Fleet>, image: &str) -> Vec<ObjectRef<ValkeyCluster>> {
+    let configs: Vec<String> = {
+        let fleet = fleet.read().unwrap_or_else(|p| p.into_inner());
+        fleet.configs_using_image(image).cloned().collect()
+    };
+    configs
+        .iter()
+        .flat_map(|c| clusters_of_config(fleet, c))
+        .collect()
+}
+
+fn error_policy(cluster: Arc<ValkeyCluster>, error: &Error, _: Arc<Context>) -> Action {
+    tracing::warn!(cluster = %cluster.name_any(), category = error.category(), %error, "reconcile failed");
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// Runs the controller while this replica leads; stops reconciling as soon as it does not.
+pub async fn run(
+    client: Client,
+    fleet: Arc<RwLock<Fleet>>,
+    settings: OperatorSettings,
+    mut leading: watch::Receiver<bool>,
+) {
+    let context = Arc::new(Context {
+        client: client.clone(),
+        fleet: fleet.clone(),
+        settings,
+        timeouts: Timeouts::default(),
+        recorder: Recorder::new(client.clone(), Reporter::from("valkey-operator")),
+    });
+    loop {
+        if leading.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        tracing::info!("leading: reconciling ValkeyClusters");
+        let mut lost = leading.clone();
+        let stop = async move {
+            let _ = lost.wait_for(|l| !*l).await;
+        };
+        let managed = watcher::Config::default().labels(&format!(
+            "{}={}",
+            labels::MANAGED_BY,
+            labels::MANAGED_BY_VALUE
+        ));
+        let (config_fleet, image_fleet) = (fleet.clone(), fleet.clone());
+        Controller::new(
+            Api::<ValkeyCluster>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .owns(
+            Api::<ValkeyNode>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .owns(Api::<Pod>::all(client.clone()), managed)
+        .watches(
+            Api::<ValkeyConfig>::all(client.clone()),
+            watcher::Config::default(),
+            move |config| clusters_of_config(&config_fleet, &config.name_any()),
+        )
+        .watches(
+            Api::<ValkeyImage>::all(client.clone()),
+            watcher::Config::default(),
+            move |image| clusters_of_image(&image_fleet, &image.name_any()),
+        )
+        .graceful_shutdown_on(stop)
+        .run(reconcile::reconcile, error_policy, context.clone())
+        .for_each(|_| async {})
+        .await;
+        tracing::info!("not leading: stopped reconciling");
+    }
+}

@@ -4,6 +4,7 @@
 
 pub mod driver;
 pub mod local;
+pub mod observe;
 
 use std::future::Future;
 use std::path::PathBuf;
