@@ -338,6 +338,19 @@ async fn control_plane_with_crds() -> (ControlPlane, Helm) {
         None,
     );
     must(&plane, &["create", "namespace", NAMESPACE], None);
+    // The strictest Pod Security Standard: the API server warns about a Deployment whose pods
+    // it would refuse.
+    must(
+        &plane,
+        &[
+            "label",
+            "namespace",
+            NAMESPACE,
+            "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/warn=restricted",
+        ],
+        None,
+    );
     let helm = Helm::new(plane.bin_dir(), Some(plane.kubeconfig_path()));
     (plane, helm)
 }
@@ -594,6 +607,10 @@ async fn chart_installs_upgrades_and_uninstalls_and_the_operator_runs_under_its_
         &["apply", "--dry-run=server", "-f", "-"],
         Some(&rendered),
     );
+    assert!(
+        !dry_run.contains("would violate PodSecurity"),
+        "the operator pods break the restricted Pod Security Standard:\n{dry_run}"
+    );
     for object in [
         "serviceaccount/valkey-operator",
         "configmap/valkey-operator-config",
@@ -785,16 +802,23 @@ fn rule_index(plane: &ControlPlane, resource: &str) -> usize {
 }
 
 fn set_verbs(plane: &ControlPlane, resource: &str, verbs: &[&str]) {
+    set_role_verbs(plane, "clusterrole", rule_index(plane, resource), verbs);
+}
+
+/// Replaces the verbs of rule `index` of the chart's `clusterrole` or (namespaced) `role`.
+fn set_role_verbs(plane: &ControlPlane, kind: &str, index: usize, verbs: &[&str]) {
     let patch = json!([{
         "op": "replace",
-        "path": format!("/rules/{}/verbs", rule_index(plane, resource)),
+        "path": format!("/rules/{index}/verbs"),
         "value": verbs,
     }]);
     must(
         plane,
         &[
             "patch",
-            "clusterrole",
+            kind,
+            "-n",
+            NAMESPACE,
             RELEASE,
             "--type",
             "json",
@@ -806,7 +830,7 @@ fn set_verbs(plane: &ControlPlane, resource: &str, verbs: &[&str]) {
 }
 
 #[tokio::test]
-async fn without_list_on_valkeyconfigs_the_operator_never_becomes_ready() {
+async fn without_a_needed_verb_the_operator_never_becomes_ready() {
     let (plane, helm) = control_plane_with_crds().await;
     install(&helm, &[]);
     let identity = ChartIdentity::from_release(&plane);
@@ -844,4 +868,36 @@ async fn without_list_on_valkeyconfigs_the_operator_never_becomes_ready() {
     // The control: give the verb back, and the same process becomes ready on its own.
     set_verbs(&plane, "valkeyconfigs", &["list", "watch"]);
     operator.wait_ready(Duration::from_secs(90)).await;
+    drop(operator);
+
+    // The namespaced Role matters too: without `get` on its ConfigMap the operator stops at
+    // start and says which object it could not read.
+    let role = get_json(&plane, &["get", "role", RELEASE, "-n", NAMESPACE]);
+    let index = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|rule| rule["resources"] == json!(["configmaps"]))
+        .expect("a configmaps rule");
+    set_role_verbs(&plane, "role", index, &["watch"]);
+    let mut operator = Operator::start(&identity, "operator-no-configmap.log");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = operator.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running:\n{}",
+            operator.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(!status.success());
+    let log = operator.log();
+    assert!(
+        log.contains("reading ConfigMap valkey-system/valkey-operator-config")
+            && log.contains("forbidden"),
+        "{log}"
+    );
 }
