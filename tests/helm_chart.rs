@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use support::chart::*;
 use testenv::ControlPlane;
 
+/// Every document of a multi-document YAML stream.
 fn documents(yaml: &str) -> Vec<Value> {
     serde_yaml::Deserializer::from_str(yaml)
         .map(|document| Value::deserialize(document).unwrap())

@@ -104,7 +104,6 @@ pub fn get_json(plane: &ControlPlane, args: &[&str]) -> Value {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
-/// Every document of a multi-document YAML stream.
 /// A control plane with the chart's CRDs established and the release namespace created.
 pub async fn control_plane_with_crds() -> (ControlPlane, Helm) {
     let plane = ControlPlane::start().await.expect("control plane");
