@@ -271,7 +271,14 @@ async fn chart_installs_upgrades_and_uninstalls_and_the_operator_runs_under_its_
     }
     assert_eq!(helm.must(&["list", "-n", NAMESPACE, "-q"]).trim(), "");
 
-    install(&helm, &[]);
+    let notes = install(&helm, &[]);
+    // NOTES.txt says what to do next.
+    assert!(
+        notes.contains("kubectl -n valkey-system rollout status deployment/valkey-operator")
+            && notes.contains("kind: ValkeyImage")
+            && notes.contains("fleetRollAckThreshold=unset"),
+        "{notes}"
+    );
     let identity = ChartIdentity::from_release(&plane);
     // The token carries exactly the chart's RBAC: what the operator reads, nothing more.
     assert!(identity.can_i(&plane, &["list", "valkeyconfigs.valkey.gomomento.com"]));

@@ -149,7 +149,8 @@ pub async fn control_plane_with_crds() -> (ControlPlane, Helm) {
 
 /// `helm install` with an extra IP in the certificate, so the local operator process can serve
 /// the chart's certificate on https://127.0.0.1.
-pub fn install(helm: &Helm, extra: &[&str]) {
+/// Returns helm's output (with the chart's NOTES).
+pub fn install(helm: &Helm, extra: &[&str]) -> String {
     let mut args = vec![
         "install",
         RELEASE,
@@ -164,6 +165,7 @@ pub fn install(helm: &Helm, extra: &[&str]) {
     args.extend(extra);
     let output = helm.must(&args);
     assert!(output.contains("STATUS: deployed"), "{output}");
+    output
 }
 
 /// A Secret's key, decoded.
