@@ -4,7 +4,7 @@ SHELL := /bin/bash
 CACHE ?= $(HOME)/.cache/valkey-operator
 export VALKEY_BIN_ROOT := $(CACHE)/valkey
 
-.PHONY: test lint crds tools valkey-bins k8s-bins dev
+.PHONY: test lint crds tools valkey-bins k8s-bins dev chart-lint
 
 ## test: fetch/build what the tests need, then run every test of the workspace.
 ## (Benchmarks are compiled by `make lint` but not run here: they print figures, they do not test.)
@@ -33,3 +33,9 @@ k8s-bins:
 ## dev: run the operator against a local control plane with samples applied (Ctrl-C stops).
 dev:
 	hack/dev.sh
+
+## chart-lint: helm lint the chart with its default values and with cert-manager + ServiceMonitor.
+chart-lint: k8s-bins
+	helm=$$(hack/build-k8s.sh)/helm; \
+	$$helm lint --strict charts/valkey-operator && \
+	$$helm lint --strict charts/valkey-operator --set certificate.source=certManager --set serviceMonitor.enabled=true

@@ -4,6 +4,8 @@
 //! API server sends them.
 #![allow(dead_code)]
 
+pub mod chart;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, RwLock};

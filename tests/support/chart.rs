@@ -1,0 +1,397 @@
+//! The installed Helm chart as tests use it: the real helm and kubectl against a testenv control
+//! plane, the release installed into `valkey-system`, and the operator binary run as a local
+//! process with the chart's identity (a token of its ServiceAccount, so only the chart's RBAC)
+//! and the chart's generated certificate, with the chart's webhooks re-pointed at it by URL.
+//!
+//! No kubelet runs the operator's container image here (there is no container runtime), so the
+//! Deployment's pods never start and the chart's Service has no endpoints: that is why the
+//! process is local and the webhooks are re-pointed.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use testenv::ControlPlane;
+
+pub const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/valkey-operator");
+pub const NAMESPACE: &str = "valkey-system";
+pub const RELEASE: &str = "valkey-operator";
+pub const GROUP: &str = "valkey.gomomento.com";
+
+/// Runs a command, feeding `stdin`; returns success and stdout+stderr.
+pub fn run(mut command: Command, stdin: Option<&str>) -> (bool, String) {
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().expect("spawn");
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).unwrap();
+    }
+    drop(input);
+    let output = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+/// The real helm, with its own config/cache folders and (optionally) a control plane.
+pub struct Helm {
+    bin: PathBuf,
+    kubeconfig: Option<PathBuf>,
+    home: tempfile::TempDir,
+}
+
+impl Helm {
+    pub fn new(bin_dir: &Path, kubeconfig: Option<&Path>) -> Self {
+        Self {
+            bin: bin_dir.join("helm"),
+            kubeconfig: kubeconfig.map(Path::to_path_buf),
+            home: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn run(&self, args: &[&str]) -> (bool, String) {
+        let mut command = Command::new(&self.bin);
+        for (variable, folder) in [
+            ("HELM_CACHE_HOME", "cache"),
+            ("HELM_CONFIG_HOME", "config"),
+            ("HELM_DATA_HOME", "data"),
+        ] {
+            command.env(variable, self.home.path().join(folder));
+        }
+        if let Some(kubeconfig) = &self.kubeconfig {
+            command.arg("--kubeconfig").arg(kubeconfig);
+        }
+        command.args(args);
+        run(command, None)
+    }
+
+    pub fn must(&self, args: &[&str]) -> String {
+        let (ok, output) = self.run(args);
+        assert!(ok, "helm {args:?} failed:\n{output}");
+        output
+    }
+}
+
+pub fn kubectl(plane: &ControlPlane, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+    let mut command = plane.kubectl();
+    command.args(args);
+    run(command, stdin)
+}
+
+pub fn must(plane: &ControlPlane, args: &[&str], stdin: Option<&str>) -> String {
+    let (ok, output) = kubectl(plane, args, stdin);
+    assert!(ok, "kubectl {args:?} failed:\n{output}");
+    output
+}
+
+pub fn get_json(plane: &ControlPlane, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.extend(["-o", "json"]);
+    let output = plane.kubectl().args(&args).output().expect("run kubectl");
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// A control plane with the chart's CRDs established and the release namespace created.
+pub async fn control_plane_with_crds() -> (ControlPlane, Helm) {
+    let plane = ControlPlane::start().await.expect("control plane");
+    must(
+        &plane,
+        &[
+            "apply",
+            "--server-side",
+            "-f",
+            &format!("{CHART}/crds/crds.yaml"),
+        ],
+        None,
+    );
+    must(
+        &plane,
+        &[
+            "wait",
+            "--for",
+            "condition=Established",
+            "crd",
+            "--all",
+            "--timeout=60s",
+        ],
+        None,
+    );
+    must(&plane, &["create", "namespace", NAMESPACE], None);
+    // The strictest Pod Security Standard: the API server warns about a Deployment whose pods
+    // it would refuse.
+    must(
+        &plane,
+        &[
+            "label",
+            "namespace",
+            NAMESPACE,
+            "pod-security.kubernetes.io/enforce=restricted",
+            "pod-security.kubernetes.io/warn=restricted",
+        ],
+        None,
+    );
+    let helm = Helm::new(plane.bin_dir(), Some(plane.kubeconfig_path()));
+    (plane, helm)
+}
+
+/// `helm install` with an extra IP in the certificate, so the local operator process can serve
+/// the chart's certificate on https://127.0.0.1.
+/// Returns helm's output (with the chart's NOTES).
+pub fn install(helm: &Helm, extra: &[&str]) -> String {
+    let mut args = vec![
+        "install",
+        RELEASE,
+        CHART,
+        "--namespace",
+        NAMESPACE,
+        "--set",
+        "certificate.extraIpAddresses={127.0.0.1}",
+        "--timeout",
+        "60s",
+    ];
+    args.extend(extra);
+    let output = helm.must(&args);
+    assert!(output.contains("STATUS: deployed"), "{output}");
+    output
+}
+
+/// A Secret's key, decoded.
+pub fn secret_key(plane: &ControlPlane, secret: &str, key: &str) -> String {
+    let template = format!("{{{{index .data \"{key}\" | base64decode}}}}");
+    must(
+        plane,
+        &[
+            "get",
+            "secret",
+            secret,
+            "-n",
+            NAMESPACE,
+            "-o",
+            &format!("go-template={template}"),
+        ],
+        None,
+    )
+}
+
+/// What the operator process needs from the installed chart: its certificate files and a
+/// kubeconfig that authenticates as its ServiceAccount (and nothing else).
+pub struct ChartIdentity {
+    dir: tempfile::TempDir,
+}
+
+impl ChartIdentity {
+    pub fn from_release(plane: &ControlPlane) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        for key in ["ca.crt", "tls.crt", "tls.key"] {
+            std::fs::write(
+                dir.path().join(key),
+                secret_key(plane, "valkey-operator-tls", key),
+            )
+            .unwrap();
+        }
+        let token = must(
+            plane,
+            &["create", "token", RELEASE, "-n", NAMESPACE, "--duration=1h"],
+            None,
+        );
+        let admin: serde_yaml::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(plane.kubeconfig_path()).unwrap())
+                .unwrap();
+        let ca_data = admin["clusters"][0]["cluster"]["certificate-authority-data"]
+            .as_str()
+            .expect("the admin kubeconfig's CA");
+        let kubeconfig = json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "testenv", "cluster": {
+                "server": plane.server_url(),
+                "certificate-authority-data": ca_data,
+            }}],
+            "users": [{"name": "valkey-operator", "user": {"token": token.trim()}}],
+            "contexts": [{"name": "chart", "context": {"cluster": "testenv", "user": "valkey-operator"}}],
+            "current-context": "chart",
+        });
+        std::fs::write(
+            dir.path().join("kubeconfig"),
+            serde_yaml::to_string(&kubeconfig).unwrap(),
+        )
+        .unwrap();
+        Self { dir }
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
+    }
+
+    /// `kubectl auth can-i` as the chart's ServiceAccount.
+    pub fn can_i(&self, plane: &ControlPlane, args: &[&str]) -> bool {
+        let mut command = Command::new(plane.bin_dir().join("kubectl"));
+        command
+            .env("KUBECONFIG", self.path("kubeconfig"))
+            .args(["auth", "can-i"])
+            .args(args);
+        // The answer is on stdout; warnings (e.g. about cluster-scoped kinds) go to stderr.
+        let output = command.output().expect("run kubectl auth can-i");
+        String::from_utf8_lossy(&output.stdout).trim() == "yes"
+    }
+}
+
+/// The operator binary as a local process; killed when dropped, also when the test panics.
+pub struct Operator {
+    child: Child,
+    /// `https://127.0.0.1:PORT`, served with the chart's certificate.
+    pub url: String,
+    log: PathBuf,
+    client: reqwest::Client,
+}
+
+impl Operator {
+    pub fn start(identity: &ChartIdentity, log_name: &str) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = identity.path(log_name);
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--namespace", NAMESPACE])
+            .arg("--tls-cert")
+            .arg(identity.path("tls.crt"))
+            .arg("--tls-key")
+            .arg(identity.path("tls.key"))
+            .env("KUBECONFIG", identity.path("kubeconfig"))
+            .env("RUST_LOG", "info")
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("start the operator");
+        Self {
+            child,
+            url: format!("https://127.0.0.1:{port}"),
+            log,
+            // Verifies the chart's certificate against the chart's CA, by its 127.0.0.1 SAN.
+            client: super::client_trusting(&identity.path("ca.crt")),
+        }
+    }
+
+    /// The exit status once the process has ended.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `/readyz`'s status and body; `None` while nothing answers.
+    pub async fn readyz(&self) -> Option<(u16, String)> {
+        let response = self
+            .client
+            .get(format!("{}/readyz", self.url))
+            .send()
+            .await
+            .ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.text().await.unwrap_or_default()))
+    }
+
+    pub async fn wait_ready(&mut self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let answer = self.readyz().await;
+            if matches!(&answer, Some((200, _))) {
+                return;
+            }
+            assert!(
+                self.exited().is_none(),
+                "the operator exited:\n{}",
+                self.log()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "operator not ready after {within:?}: {answer:?}\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Points each of the chart's webhooks at `base_url` (same path, same caBundle) instead of the
+/// Service, which has no endpoints here. Returns the chart's client configurations, for
+/// [`restore_webhooks`].
+pub fn repoint_webhooks(plane: &ControlPlane, base_url: &str) -> Vec<Value> {
+    let configuration = get_json(plane, &["get", "validatingwebhookconfiguration", RELEASE]);
+    let originals: Vec<Value> = configuration["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|webhook| webhook["clientConfig"].clone())
+        .collect();
+    let repointed = originals
+        .iter()
+        .map(|client| {
+            let path = client["service"]["path"].as_str().expect("a Service path");
+            json!({"url": format!("{base_url}{path}"), "caBundle": client["caBundle"]})
+        })
+        .collect();
+    replace_client_configs(plane, repointed);
+    originals
+}
+
+/// Puts the chart's own client configurations back, so `helm upgrade` patches what it installed
+/// (its three-way merge would add the Service beside the test's URL, which the API refuses).
+pub fn restore_webhooks(plane: &ControlPlane, originals: Vec<Value>) {
+    replace_client_configs(plane, originals);
+}
+
+pub fn replace_client_configs(plane: &ControlPlane, client_configs: Vec<Value>) {
+    let operations: Vec<Value> = client_configs
+        .into_iter()
+        .enumerate()
+        .map(|(index, client)| {
+            json!({"op": "replace", "path": format!("/webhooks/{index}/clientConfig"), "value": client})
+        })
+        .collect();
+    must(
+        plane,
+        &[
+            "patch",
+            "validatingwebhookconfiguration",
+            RELEASE,
+            "--type",
+            "json",
+            "-p",
+            &serde_json::to_string(&operations).unwrap(),
+        ],
+        None,
+    );
+}
+
+pub fn image(name: &str, version: &str) -> String {
+    format!(
+        "apiVersion: {GROUP}/v1alpha1\nkind: ValkeyImage\nmetadata:\n  name: {name}\nspec:\n  repository: valkey/valkey\n  tag: \"{version}\"\n  version: \"{version}\"\n"
+    )
+}
