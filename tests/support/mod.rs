@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod chart;
+pub mod local;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
