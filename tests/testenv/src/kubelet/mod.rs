@@ -9,6 +9,7 @@ mod pod;
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::StreamExt;
@@ -74,6 +75,9 @@ struct Shared {
     pods_dir: tempfile::TempDir,
     /// Pod uid -> address and process. The kubelet's Drop empties it, killing everything.
     slots: Mutex<HashMap<String, PodSlot>>,
+    /// Set by the kubelet's Drop; checked under the `slots` lock before adding a slot, so
+    /// no Pod worker still running can start a process that outlives the kubelet.
+    stopped: AtomicBool,
 }
 
 impl Shared {
@@ -102,6 +106,7 @@ impl TestKubelet {
             options,
             pods_dir,
             slots: Mutex::new(HashMap::new()),
+            stopped: AtomicBool::new(false),
         });
         let task = tokio::spawn(watch_pods(shared.clone()));
         Ok(Self { shared, task })
@@ -137,6 +142,7 @@ impl TestKubelet {
 impl Drop for TestKubelet {
     fn drop(&mut self) {
         self.task.abort();
+        self.shared.stopped.store(true, Ordering::SeqCst);
         // Dropping the slots kills the process groups and frees the addresses.
         self.shared.slots().clear();
     }

@@ -7,6 +7,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
@@ -252,10 +253,13 @@ impl PodWorker {
             .collect();
         let port = valkey_port(&argv);
 
+        let Some((first, rest)) = argv.split_first() else {
+            return Err(config_error("the container has an empty command".into()));
+        };
         let server_dir = server.parent().unwrap_or(Path::new("/"));
-        let mut process = Command::new(program(&argv[0], &server));
+        let mut process = Command::new(program(first, &server));
         process
-            .args(&argv[1..])
+            .args(rest)
             .env_clear()
             .env(
                 "PATH",
@@ -270,6 +274,7 @@ impl PodWorker {
             reason: "RunContainerError",
             message: format!("starting {argv:?}: {e}"),
         })?;
+        // If the kubelet stopped meanwhile there is no slot: the guard drops, killing it.
         if let Some(slot) = self.shared.slots().get_mut(&self.uid) {
             slot.process = Some(guard);
         }
@@ -286,7 +291,14 @@ impl PodWorker {
             message: "no free loopback address in 127.0.0.2-254".into(),
         })?;
         let ip = lease.ip();
-        self.shared.slots().insert(
+        let mut slots = self.shared.slots();
+        if self.shared.stopped.load(Ordering::SeqCst) {
+            return Err(NotStarted {
+                reason: "ContainerCreating",
+                message: "the test kubelet is stopping".into(),
+            });
+        }
+        slots.insert(
             self.uid.clone(),
             PodSlot {
                 namespace: self.namespace.clone(),
