@@ -101,8 +101,10 @@ Logs: .dev/operator.log (operator), .dev/testenv.log (control plane + kubelet).
 Press Ctrl-C to stop and clean up.
 EOF
 
-# Stay up until Ctrl-C, or until one of the two exits by itself.
-set +e
-wait -n "$testenv_pid" "$operator_pid"
+# Stay up until Ctrl-C, or until one of the two exits by itself. (A foreground sleep, not
+# `wait`, so that Ctrl-C reliably runs the INT trap before the loop looks again.)
+while kill -0 "$testenv_pid" 2>/dev/null && kill -0 "$operator_pid" 2>/dev/null; do
+	sleep 1
+done
 log "a component exited on its own; see .dev/testenv.log and .dev/operator.log"
 exit 1
