@@ -26,6 +26,8 @@ use crate::process::ProcessGuard;
 
 /// How often a Pod is re-checked when nothing about it changes.
 const RESYNC: Duration = Duration::from_millis(500);
+/// How often a started but not yet ready server is probed, so Pods turn Ready promptly.
+const STARTING_PROBE: Duration = Duration::from_millis(50);
 /// The longest a graceful stop waits before SIGKILL.
 const MAX_GRACE: Duration = Duration::from_secs(10);
 /// Back-off caps, shorter than a real kubelet's five minutes so tests recover quickly.
@@ -97,7 +99,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut pods: watch::Receiver<Option<Po
         }
         tokio::select! {
             changed = pods.changed() => if changed.is_err() { return },
-            _ = tokio::time::sleep(RESYNC) => {}
+            _ = tokio::time::sleep(worker.next_check()) => {}
         }
     }
 }
@@ -163,6 +165,13 @@ impl PodWorker {
             self.ready_changed_at = now();
         }
         self.report(pod).await
+    }
+
+    fn next_check(&self) -> Duration {
+        match self.phase {
+            Phase::Running { .. } if !self.ready => STARTING_PROBE,
+            _ => RESYNC,
+        }
     }
 
     fn ip(&self) -> Option<Ipv4Addr> {
