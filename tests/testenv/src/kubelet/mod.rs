@@ -57,6 +57,9 @@ pub struct PodProcess {
     pub ip: Ipv4Addr,
     /// The `valkey-server` process id, `None` while the container is not running.
     pub pid: Option<u32>,
+    /// The container's output (what `kubectl logs` would show); kept after the Pod goes,
+    /// until the kubelet is dropped.
+    pub log: PathBuf,
 }
 
 /// A Pod's address and process, held until the Pod goes.
@@ -64,6 +67,7 @@ pub struct PodProcess {
 struct PodSlot {
     namespace: String,
     name: String,
+    log: PathBuf,
     lease: ip::IpLease,
     process: Option<ProcessGuard>,
 }
@@ -134,6 +138,7 @@ impl TestKubelet {
                 name: slot.name.clone(),
                 ip: slot.lease.ip(),
                 pid: slot.process.as_ref().map(ProcessGuard::pid),
+                log: slot.log.clone(),
             })
             .collect()
     }

@@ -247,7 +247,8 @@ impl PodWorker {
             reason: "RunContainerError",
             message: format!("creating {}: {e}", self.dir.display()),
         })?;
-        let ip = self.lease_ip()?;
+        let log = self.dir.join(format!("{}.log", container.name));
+        let ip = self.lease_ip(&log)?;
         let env = self.container_env(pod, container, ip).await?;
         let mounts = self.prepare_volumes(pod, container).await?;
         let command: Vec<String> = (container.command.clone().unwrap_or_default().iter())
@@ -278,7 +279,6 @@ impl PodWorker {
             .env("HOSTNAME", &self.name)
             .envs(&env)
             .current_dir(&self.dir);
-        let log = self.dir.join(format!("{}.log", container.name));
         let guard = ProcessGuard::spawn(&self.name, process, &log).map_err(|e| NotStarted {
             reason: "RunContainerError",
             message: format!("starting {argv:?}: {e}"),
@@ -291,7 +291,7 @@ impl PodWorker {
     }
 
     /// The Pod's address: leased on first start, kept across container restarts.
-    fn lease_ip(&mut self) -> Result<Ipv4Addr, NotStarted> {
+    fn lease_ip(&mut self, log: &Path) -> Result<Ipv4Addr, NotStarted> {
         if let Some(ip) = self.ip() {
             return Ok(ip);
         }
@@ -312,6 +312,7 @@ impl PodWorker {
             PodSlot {
                 namespace: self.namespace.clone(),
                 name: self.name.clone(),
+                log: log.to_path_buf(),
                 lease,
                 process: None,
             },
@@ -632,7 +633,8 @@ impl PodWorker {
         {
             let _ = tokio::task::spawn_blocking(move || process.stop(grace)).await;
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // The log stays (for post-mortems) until the kubelet's folder goes; the data goes now.
+        let _ = std::fs::remove_dir_all(self.dir.join("volumes"));
     }
 }
 
