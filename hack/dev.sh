@@ -3,6 +3,7 @@
 # control plane (etcd, kube-apiserver, kube-controller-manager) and the test kubelet,
 # installs the CRDs and the validating webhook, runs the operator against it, applies
 # config/samples/, and stays up until Ctrl-C, then stops everything it started.
+# VALKEY_OPERATOR_BIN overrides the operator binary (default: the workspace's debug build).
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,7 +35,7 @@ hack/fetch-valkey.sh 9.0.0 9.1.2 >/dev/null
 bin_dir=$(hack/build-k8s.sh)
 cargo build --quiet -p testenv -p valkey-operator --bins
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
-operator="$target_dir/debug/valkey-operator"
+operator="${VALKEY_OPERATOR_BIN:-$target_dir/debug/valkey-operator}"
 kubectl="$bin_dir/kubectl"
 
 log "starting the control plane and the test kubelet"
@@ -100,8 +101,10 @@ Logs: .dev/operator.log (operator), .dev/testenv.log (control plane + kubelet).
 Press Ctrl-C to stop and clean up.
 EOF
 
-# Stay up until Ctrl-C, or until one of the two exits by itself.
-set +e
-wait -n "$testenv_pid" "$operator_pid"
+# Stay up until Ctrl-C, or until one of the two exits by itself. (A foreground sleep, not
+# `wait`, so that Ctrl-C reliably runs the INT trap before the loop looks again.)
+while kill -0 "$testenv_pid" 2>/dev/null && kill -0 "$operator_pid" 2>/dev/null; do
+	sleep 1
+done
 log "a component exited on its own; see .dev/testenv.log and .dev/operator.log"
 exit 1

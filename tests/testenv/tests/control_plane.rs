@@ -56,6 +56,20 @@ async fn serves_the_pinned_release_with_rbac_and_controllers() {
     assert_eq!(version["serverVersion"]["gitVersion"], "v1.35.4");
     assert_eq!(version["clientVersion"]["gitVersion"], "v1.35.4");
 
+    // helm, built beside kubectl, talks to the same server.
+    let out = Command::new(cp.bin_dir().join("helm"))
+        .args(["list", "--all-namespaces", "-o", "json"])
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        .env("HELM_CACHE_HOME", cp.data_dir().join("helm"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+
     // RBAC is on: an unprivileged identity is refused.
     let out = cp
         .kubectl()

@@ -146,7 +146,8 @@ async fn pods_run_as_valkey_servers_on_their_own_addresses_until_deleted() {
         vec!["cluster-announce-ip".to_string(), new_ip.to_string()]
     );
 
-    let pid = kubelet.pod_process("default", "new").unwrap().pid.unwrap();
+    let process = kubelet.pod_process("default", "new").unwrap();
+    let pid = process.pid.unwrap();
     assert!(process_alive(pid));
     pods.delete("new", &DeleteParams::default()).await.unwrap();
     eventually("the Pod object to be removed", || async {
@@ -158,6 +159,11 @@ async fn pods_run_as_valkey_servers_on_their_own_addresses_until_deleted() {
     })
     .await;
     assert_eq!(kubelet.pod_process("default", "new"), None);
+    let log = std::fs::read_to_string(&process.log).unwrap();
+    assert!(
+        log.contains("Received SIGTERM"),
+        "a graceful stop first:\n{log}"
+    );
     // The address is free again: nothing holds its Valkey port any more.
     TcpListener::bind((new_ip, 6379)).expect("the deleted Pod's address is free");
     assert_eq!(

@@ -9,6 +9,7 @@ mod pod;
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::StreamExt;
@@ -56,6 +57,9 @@ pub struct PodProcess {
     pub ip: Ipv4Addr,
     /// The `valkey-server` process id, `None` while the container is not running.
     pub pid: Option<u32>,
+    /// The container's output (what `kubectl logs` would show); kept after the Pod goes,
+    /// until the kubelet is dropped.
+    pub log: PathBuf,
 }
 
 /// A Pod's address and process, held until the Pod goes.
@@ -63,6 +67,7 @@ pub struct PodProcess {
 struct PodSlot {
     namespace: String,
     name: String,
+    log: PathBuf,
     lease: ip::IpLease,
     process: Option<ProcessGuard>,
 }
@@ -74,6 +79,9 @@ struct Shared {
     pods_dir: tempfile::TempDir,
     /// Pod uid -> address and process. The kubelet's Drop empties it, killing everything.
     slots: Mutex<HashMap<String, PodSlot>>,
+    /// Set by the kubelet's Drop; checked under the `slots` lock before adding a slot, so
+    /// no Pod worker still running can start a process that outlives the kubelet.
+    stopped: AtomicBool,
 }
 
 impl Shared {
@@ -102,6 +110,7 @@ impl TestKubelet {
             options,
             pods_dir,
             slots: Mutex::new(HashMap::new()),
+            stopped: AtomicBool::new(false),
         });
         let task = tokio::spawn(watch_pods(shared.clone()));
         Ok(Self { shared, task })
@@ -129,6 +138,7 @@ impl TestKubelet {
                 name: slot.name.clone(),
                 ip: slot.lease.ip(),
                 pid: slot.process.as_ref().map(ProcessGuard::pid),
+                log: slot.log.clone(),
             })
             .collect()
     }
@@ -137,6 +147,7 @@ impl TestKubelet {
 impl Drop for TestKubelet {
     fn drop(&mut self) {
         self.task.abort();
+        self.shared.stopped.store(true, Ordering::SeqCst);
         // Dropping the slots kills the process groups and frees the addresses.
         self.shared.slots().clear();
     }

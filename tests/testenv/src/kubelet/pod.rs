@@ -7,6 +7,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
@@ -25,6 +26,8 @@ use crate::process::ProcessGuard;
 
 /// How often a Pod is re-checked when nothing about it changes.
 const RESYNC: Duration = Duration::from_millis(500);
+/// How often a started but not yet ready server is probed, so Pods turn Ready promptly.
+const STARTING_PROBE: Duration = Duration::from_millis(50);
 /// The longest a graceful stop waits before SIGKILL.
 const MAX_GRACE: Duration = Duration::from_secs(10);
 /// Back-off caps, shorter than a real kubelet's five minutes so tests recover quickly.
@@ -96,7 +99,7 @@ pub(super) async fn run(shared: Arc<Shared>, mut pods: watch::Receiver<Option<Po
         }
         tokio::select! {
             changed = pods.changed() => if changed.is_err() { return },
-            _ = tokio::time::sleep(RESYNC) => {}
+            _ = tokio::time::sleep(worker.next_check()) => {}
         }
     }
 }
@@ -162,6 +165,13 @@ impl PodWorker {
             self.ready_changed_at = now();
         }
         self.report(pod).await
+    }
+
+    fn next_check(&self) -> Duration {
+        match self.phase {
+            Phase::Running { .. } if !self.ready => STARTING_PROBE,
+            _ => RESYNC,
+        }
     }
 
     fn ip(&self) -> Option<Ipv4Addr> {
@@ -237,7 +247,8 @@ impl PodWorker {
             reason: "RunContainerError",
             message: format!("creating {}: {e}", self.dir.display()),
         })?;
-        let ip = self.lease_ip()?;
+        let log = self.dir.join(format!("{}.log", container.name));
+        let ip = self.lease_ip(&log)?;
         let env = self.container_env(pod, container, ip).await?;
         let mounts = self.prepare_volumes(pod, container).await?;
         let command: Vec<String> = (container.command.clone().unwrap_or_default().iter())
@@ -252,10 +263,13 @@ impl PodWorker {
             .collect();
         let port = valkey_port(&argv);
 
+        let Some((first, rest)) = argv.split_first() else {
+            return Err(config_error("the container has an empty command".into()));
+        };
         let server_dir = server.parent().unwrap_or(Path::new("/"));
-        let mut process = Command::new(program(&argv[0], &server));
+        let mut process = Command::new(program(first, &server));
         process
-            .args(&argv[1..])
+            .args(rest)
             .env_clear()
             .env(
                 "PATH",
@@ -265,11 +279,11 @@ impl PodWorker {
             .env("HOSTNAME", &self.name)
             .envs(&env)
             .current_dir(&self.dir);
-        let log = self.dir.join(format!("{}.log", container.name));
         let guard = ProcessGuard::spawn(&self.name, process, &log).map_err(|e| NotStarted {
             reason: "RunContainerError",
             message: format!("starting {argv:?}: {e}"),
         })?;
+        // If the kubelet stopped meanwhile there is no slot: the guard drops, killing it.
         if let Some(slot) = self.shared.slots().get_mut(&self.uid) {
             slot.process = Some(guard);
         }
@@ -277,7 +291,7 @@ impl PodWorker {
     }
 
     /// The Pod's address: leased on first start, kept across container restarts.
-    fn lease_ip(&mut self) -> Result<Ipv4Addr, NotStarted> {
+    fn lease_ip(&mut self, log: &Path) -> Result<Ipv4Addr, NotStarted> {
         if let Some(ip) = self.ip() {
             return Ok(ip);
         }
@@ -286,11 +300,19 @@ impl PodWorker {
             message: "no free loopback address in 127.0.0.2-254".into(),
         })?;
         let ip = lease.ip();
-        self.shared.slots().insert(
+        let mut slots = self.shared.slots();
+        if self.shared.stopped.load(Ordering::SeqCst) {
+            return Err(NotStarted {
+                reason: "ContainerCreating",
+                message: "the test kubelet is stopping".into(),
+            });
+        }
+        slots.insert(
             self.uid.clone(),
             PodSlot {
                 namespace: self.namespace.clone(),
                 name: self.name.clone(),
+                log: log.to_path_buf(),
                 lease,
                 process: None,
             },
@@ -611,7 +633,8 @@ impl PodWorker {
         {
             let _ = tokio::task::spawn_blocking(move || process.stop(grace)).await;
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // The log stays (for post-mortems) until the kubelet's folder goes; the data goes now.
+        let _ = std::fs::remove_dir_all(self.dir.join("volumes"));
     }
 }
 
