@@ -3,60 +3,11 @@
 
 mod support;
 
-use std::io::Write;
-use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use support::chart::{kubectl, must};
+use support::local::LocalOperator;
 use testenv::ControlPlane;
-
-/// The operator process; killed when the test ends, also when it panics.
-struct Operator(Child);
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn operator() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
-}
-
-fn run(mut command: Command, stdin: Option<&[u8]>) -> Output {
-    command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command.spawn().expect("spawn");
-    if let Some(input) = stdin {
-        child.stdin.take().unwrap().write_all(input).unwrap();
-    }
-    drop(child.stdin.take());
-    child.wait_with_output().unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// `kubectl ARGS` (optionally `-f -` fed from `manifest`); returns success, stdout and stderr.
-fn kubectl(plane: &ControlPlane, args: &[&str], manifest: Option<&str>) -> (bool, String, String) {
-    let mut command = plane.kubectl();
-    command.args(args);
-    let output = run(command, manifest.map(str::as_bytes));
-    (
-        output.status.success(),
-        text(&output.stdout),
-        text(&output.stderr),
-    )
-}
-
-fn must(plane: &ControlPlane, args: &[&str], manifest: Option<&str>) -> String {
-    let (ok, stdout, stderr) = kubectl(plane, args, manifest);
-    assert!(ok, "kubectl {args:?} failed:\n{stdout}\n{stderr}");
-    format!("{stdout}{stderr}")
-}
 
 fn image(name: &str, version: &str) -> String {
     format!(
@@ -67,93 +18,10 @@ fn image(name: &str, version: &str) -> String {
 #[tokio::test]
 async fn kubectl_meets_the_floor_and_the_fleet_warning() {
     let plane = ControlPlane::start().await.expect("control plane");
-    let certs = tempfile::tempdir().unwrap();
-    support::write_certificates(certs.path());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("https://127.0.0.1:{port}");
-
-    // CRDs and webhook configuration, both printed by the binary.
-    let crds = run(
-        {
-            let mut c = operator();
-            c.arg("crd");
-            c
-        },
-        None,
-    );
-    must(
-        &plane,
-        &["apply", "--server-side", "-f", "-"],
-        Some(&text(&crds.stdout)),
-    );
-    must(
-        &plane,
-        &[
-            "wait",
-            "--for",
-            "condition=Established",
-            "crd",
-            "--all",
-            "--timeout=60s",
-        ],
-        None,
-    );
-    let webhooks = run(
-        {
-            let mut c = operator();
-            c.args(["webhook-config", "--url", &url, "--ca-file"])
-                .arg(certs.path().join("ca.crt"));
-            c
-        },
-        None,
-    );
-    assert!(webhooks.status.success(), "{}", text(&webhooks.stderr));
-
-    let log = std::fs::File::create(certs.path().join("operator.log")).unwrap();
-    let _operator = Operator(
-        operator()
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--namespace",
-                "default",
-            ])
-            .arg("--tls-cert")
-            .arg(certs.path().join("tls.crt"))
-            .arg("--tls-key")
-            .arg(certs.path().join("tls.key"))
-            .env("KUBECONFIG", plane.kubeconfig_path())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start the operator"),
-    );
-    let client = support::client_trusting(&certs.path().join("ca.crt"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let ready = client
-            .get(format!("https://localhost:{port}/readyz"))
-            .send()
-            .await;
-        if matches!(&ready, Ok(r) if r.status() == 200) {
-            break;
-        }
-        let log = std::fs::read_to_string(certs.path().join("operator.log")).unwrap_or_default();
-        assert!(
-            Instant::now() < deadline,
-            "operator not ready: {ready:?}\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    must(&plane, &["apply", "-f", "-"], Some(&text(&webhooks.stdout)));
+    let _operator = LocalOperator::start(&plane).await;
 
     // The floor, as kubectl shows it.
-    let (ok, _, stderr) = kubectl(
+    let (ok, stderr) = kubectl(
         &plane,
         &["apply", "-f", "-"],
         Some(&image("valkey-8-1-4", "8.1.4")),
@@ -232,34 +100,34 @@ spec: {configRef: standard-large, shards: 2, replicasPerShard: 1}
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // The guide's own command, verbatim.
-    let (ok, stdout, stderr) = kubectl(&plane, &patch, None);
-    assert!(ok, "{stderr}");
+    let (ok, output) = kubectl(&plane, &patch, None);
+    assert!(ok, "{output}");
     assert!(
-        stdout.contains("valkeyconfig.valkey.gomomento.com/standard patched"),
-        "{stdout}"
+        output.contains("valkeyconfig.valkey.gomomento.com/standard patched"),
+        "{output}"
     );
     assert!(
-        stderr.contains("Warning: Changing ValkeyConfig standard's image from valkey-9-0-0 (valkey/valkey:9.0.0) to valkey-9-1-2 (valkey/valkey:9.1.2) rolls 2 ValkeyClusters at once: team-a/orders and team-b/sessions."),
-        "{stderr}"
+        output.contains("Warning: Changing ValkeyConfig standard's image from valkey-9-0-0 (valkey/valkey:9.0.0) to valkey-9-1-2 (valkey/valkey:9.1.2) rolls 2 ValkeyClusters at once: team-a/orders and team-b/sessions."),
+        "{output}"
     );
     assert!(
-        stderr.contains("Warning: All of them start rolling immediately; nothing staggers them"),
-        "{stderr}"
+        output.contains("Warning: All of them start rolling immediately; nothing staggers them"),
+        "{output}"
     );
     assert!(
-        stderr.contains("Warning: To stage instead: duplicate the config"),
-        "{stderr}"
+        output.contains("Warning: To stage instead: duplicate the config"),
+        "{output}"
     );
 
     // Guards the API server enforces with our rules and messages.
-    let (ok, _, stderr) = kubectl(&plane, &["delete", "valkeyimage", "valkey-9-1-2"], None);
+    let (ok, stderr) = kubectl(&plane, &["delete", "valkeyimage", "valkey-9-1-2"], None);
     assert!(
         !ok && stderr.contains("cannot be deleted while 1 ValkeyConfig (standard) use it"),
         "{stderr}"
     );
-    let (ok, _, stderr) = kubectl(&plane, &["delete", "valkeyconfig", "standard"], None);
+    let (ok, stderr) = kubectl(&plane, &["delete", "valkeyconfig", "standard"], None);
     assert!(!ok && stderr.contains("through spec.baseRef"), "{stderr}");
-    let (ok, _, stderr) = kubectl(
+    let (ok, stderr) = kubectl(
         &plane,
         &[
             "patch",
@@ -278,7 +146,7 @@ spec: {configRef: standard-large, shards: 2, replicasPerShard: 1}
         !ok && stderr.contains("spec.tls is set at creation only"),
         "{stderr}"
     );
-    let (ok, _, stderr) = kubectl(
+    let (ok, stderr) = kubectl(
         &plane,
         &[
             "patch",

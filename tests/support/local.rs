@@ -31,13 +31,38 @@ impl LocalOperator {
     pub async fn start(plane: &ControlPlane) -> Self {
         let dir = tempfile::tempdir().unwrap();
         super::write_certificates(dir.path());
-        must(plane, &["apply", "--server-side", "-f", "-"], Some(&operator_output(&["crd"])));
-        must(plane, &["wait", "--for", "condition=Established", "crd", "--all", "--timeout=60s"], None);
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        must(
+            plane,
+            &["apply", "--server-side", "-f", "-"],
+            Some(&operator_output(&["crd"])),
+        );
+        must(
+            plane,
+            &[
+                "wait",
+                "--for",
+                "condition=Established",
+                "crd",
+                "--all",
+                "--timeout=60s",
+            ],
+            None,
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let log = dir.path().join("operator.log");
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--namespace", "default"])
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--namespace",
+                "default",
+            ])
             .arg("--tls-cert")
             .arg(dir.path().join("tls.crt"))
             .arg("--tls-key")
@@ -48,16 +73,31 @@ impl LocalOperator {
             .stderr(file)
             .spawn()
             .expect("start the operator");
-        let mut operator = Self { child, log, _dir: dir };
+        let mut operator = Self {
+            child,
+            log,
+            _dir: dir,
+        };
         let client = super::client_trusting(&operator._dir.path().join("ca.crt"));
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let ready = client.get(format!("https://localhost:{port}/readyz")).send().await;
+            let ready = client
+                .get(format!("https://localhost:{port}/readyz"))
+                .send()
+                .await;
             if matches!(&ready, Ok(r) if r.status() == 200) {
                 break;
             }
-            assert!(operator.child.try_wait().unwrap().is_none(), "the operator exited:\n{}", operator.log());
-            assert!(Instant::now() < deadline, "operator not ready: {ready:?}\n{}", operator.log());
+            assert!(
+                operator.child.try_wait().unwrap().is_none(),
+                "the operator exited:\n{}",
+                operator.log()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "operator not ready: {ready:?}\n{}",
+                operator.log()
+            );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let ca = operator._dir.path().join("ca.crt");
