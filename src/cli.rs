@@ -17,6 +17,7 @@ use crate::controller::{
 };
 use crate::fleet::Fleet;
 use crate::metrics::Metrics;
+use crate::runtime::driver::Timeouts;
 use crate::server::{self, AppState, ListenOptions};
 use crate::settings::{CONFIG_MAP, OperatorSettings};
 use crate::tls::CertificatePaths;
@@ -85,6 +86,14 @@ pub enum Command {
         /// This replica's identity in the leader election (the Pod name in a cluster).
         #[arg(long, env = "POD_NAME")]
         identity: Option<String>,
+        /// A new node that is not a ready member of its shard within this many seconds stalls
+        /// the roll (reported as Degraded) instead of letting it go on.
+        #[arg(
+            long,
+            env = "VALKEY_OPERATOR_JOIN_TIMEOUT_SECONDS",
+            default_value_t = 300
+        )]
+        join_timeout_seconds: u64,
     },
 }
 
@@ -125,6 +134,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             cert_reload_seconds,
             namespace,
             identity,
+            join_timeout_seconds,
         } => {
             serve(
                 listen,
@@ -137,6 +147,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 },
                 &namespace,
                 identity.unwrap_or_else(default_identity),
+                Duration::from_secs(join_timeout_seconds),
             )
             .await
         }
@@ -163,6 +174,7 @@ async fn serve(
     options: ListenOptions,
     namespace: &str,
     identity: String,
+    join_timeout: Duration,
 ) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
@@ -191,6 +203,11 @@ async fn serve(
         client,
         fleet.clone(),
         settings.clone(),
+        metrics.clone(),
+        Timeouts {
+            join: join_timeout,
+            ..Timeouts::default()
+        },
         leading,
     ));
 

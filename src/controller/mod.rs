@@ -24,6 +24,7 @@ use tokio::sync::watch;
 
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, labels};
 use crate::fleet::Fleet;
+use crate::metrics::Metrics;
 use crate::runtime::driver::Timeouts;
 use crate::settings::OperatorSettings;
 use reconcile::{Context, Error};
@@ -60,14 +61,17 @@ pub async fn run(
     client: Client,
     fleet: Arc<RwLock<Fleet>>,
     settings: OperatorSettings,
+    metrics: Arc<Metrics>,
+    timeouts: Timeouts,
     mut leading: watch::Receiver<bool>,
 ) {
     let context = Arc::new(Context {
         client: client.clone(),
         fleet: fleet.clone(),
         settings,
-        timeouts: Timeouts::default(),
+        timeouts,
         recorder: Recorder::new(client.clone(), Reporter::from("valkey-operator")),
+        metrics,
     });
     loop {
         if leading.wait_for(|l| *l).await.is_err() {

@@ -24,6 +24,7 @@ use crate::api::{
     ValkeyCluster, ValkeyClusterStatus, ValkeyNode, labels,
 };
 use crate::fleet::Fleet;
+use crate::metrics::{Metrics, RollProgress};
 use crate::resolve;
 use crate::roll::{DesiredShape, Lifecycle, ObservedNode, Role, RollMemory, Step, plan};
 use crate::runtime::driver::Timeouts;
@@ -45,6 +46,7 @@ pub struct Context {
     pub settings: OperatorSettings,
     pub timeouts: Timeouts,
     pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
 }
 
 /// Why a reconcile failed; retried with backoff.
@@ -74,16 +76,20 @@ impl Error {
 
 /// Reconciles one cluster (the entry point the controller runs).
 pub async fn reconcile(cluster: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = std::time::Instant::now();
     let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
     let api: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &namespace);
-    finalizer(&api, FINALIZER, cluster, |event| async {
+    let result = finalizer(&api, FINALIZER, cluster, |event| async {
         match event {
             Finalized::Apply(cluster) => apply(&cluster, &ctx).await,
             Finalized::Cleanup(cluster) => cleanup(&cluster, &ctx).await,
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics
+        .reconciled(started, result.as_ref().err().map(Error::category));
+    result
 }
 
 /// Everything one reconcile reads about a cluster's nodes.
@@ -203,6 +209,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     finish_joins(ctx, &nodes, &namespace).await?;
     let nodes = read_nodes(ctx, cluster, &namespace).await?;
     let observed = observe(&members(&nodes, ctx.timeouts.join), ctx.timeouts.call).await;
+    sync_roles(ctx, &nodes, &observed, &namespace, &render).await?;
     let desired = DesiredShape {
         shards: u32::try_from(cluster.spec.shards).unwrap_or(1),
         replicas_per_shard: u32::try_from(cluster.spec.replicas_per_shard).unwrap_or(0),
@@ -210,6 +217,11 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     };
     let memory = memory_of(cluster);
     let step = plan(&desired, &observed, &memory);
+    ctx.metrics.roll_progress(
+        &namespace,
+        &cluster.name_any(),
+        &progress(&desired, &observed, &step),
+    );
     tracing::info!(cluster = %cluster.name_any(), %namespace, %step, "planned");
     let acted = act(ctx, cluster, &render, &nodes, &observed, &desired, &step).await;
     if let Err(error) = &acted {
@@ -250,6 +262,49 @@ async fn ensure_owned_objects(
     Api::<PodDisruptionBudget>::namespaced(ctx.client.clone(), namespace)
         .patch(&budget.name_any(), &apply, &Patch::Apply(&budget))
         .await?;
+    Ok(())
+}
+
+/// Keeps each node's `status.role`, and its Pod's role label and annotations, in step with
+/// what the node reports (a failover swaps roles; podAnnotations are patched onto live Pods).
+async fn sync_roles(
+    ctx: &Context,
+    nodes: &Nodes,
+    observed: &[ObservedNode],
+    namespace: &str,
+    render: &ClusterRender<'_>,
+) -> Result<(), Error> {
+    let (node_api, pod_api) = apis(ctx, namespace);
+    let wanted_annotations = &render.cluster.spec.pod_annotations;
+    for seen in observed.iter().filter(|o| o.reachable) {
+        let Some(node) = nodes.by_name(&seen.name) else {
+            continue;
+        };
+        let role = match seen.role {
+            Role::Primary => NodeRole::Primary,
+            Role::Replica => NodeRole::Replica,
+        };
+        if node.status.as_ref().and_then(|s| s.role) != Some(role) {
+            let patch = json!({"status": {"role": role}});
+            node_api
+                .patch_status(&seen.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        let Some(pod) = nodes.pods.get(&seen.name) else {
+            continue;
+        };
+        let label = super::render::role_label(role);
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        let missing = wanted_annotations
+            .iter()
+            .any(|(k, v)| annotations.get(k) != Some(v));
+        if pod.labels().get(labels::ROLE).map(String::as_str) != Some(label) || missing {
+            let patch = json!({"metadata": {"labels": {labels::ROLE: label}, "annotations": wanted_annotations}});
+            pod_api
+                .patch(&seen.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+    }
     Ok(())
 }
 
@@ -514,6 +569,28 @@ async fn act(
         Step::Wait { .. } | Step::Converged => {}
     }
     Ok(())
+}
+
+/// The roll-progress figures of one reconcile.
+fn progress(desired: &DesiredShape, observed: &[ObservedNode], step: &Step) -> RollProgress {
+    let shards: std::collections::BTreeSet<u32> = observed.iter().map(|o| o.shard).collect();
+    let up_to_date = (0..desired.shards)
+        .filter(|shard| {
+            let mut in_shard = observed.iter().filter(|o| o.shard == *shard).peekable();
+            in_shard.peek().is_some() && in_shard.all(|o| o.is_up_to_date(desired))
+        })
+        .count();
+    RollProgress {
+        shards: usize::try_from(desired.shards)
+            .unwrap_or(usize::MAX)
+            .max(shards.len()),
+        shards_up_to_date: up_to_date,
+        outdated_nodes: observed
+            .iter()
+            .filter(|o| !o.is_up_to_date(desired))
+            .count(),
+        in_progress: !matches!(step, Step::Converged),
+    }
 }
 
 /// Deletes a node's Pod and ValkeyNode (works with or without garbage collection).
