@@ -250,6 +250,25 @@ async fn the_guides_fleet_upgrade() {
         );
     }
 
+    // The operator's own count: one failover per shard of each rolled cluster, none elsewhere.
+    let metrics = operator.metrics().await;
+    for (ns, name, shards) in [("team-a", "orders", 2), ("team-b", "sessions", 1)] {
+        let line = format!(
+            "valkey_operator_failovers_total{{cluster=\"{name}\",namespace=\"{ns}\"}} {shards}\n"
+        );
+        assert!(metrics.contains(&line), "expected {line}in\n{metrics}");
+    }
+    assert!(
+        !metrics.contains(r#"failovers_total{cluster="search""#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            r#"valkey_operator_cluster_outdated_nodes{cluster="orders",namespace="team-a"} 0"#
+        ),
+        "{metrics}"
+    );
+
     // The cluster on the unrelated config did not move.
     assert_eq!(addresses(&plane, "team-b", "search"), search_nodes_before);
     assert!(converged(&cluster(&plane, "team-b", "search"), "9.0.0"));
