@@ -176,6 +176,12 @@ fn sync_time(steps: &[&StepRecord]) -> Duration {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    // `cargo test --all-targets` runs bench targets too, without `--bench`: figures come only
+    // from `cargo bench`.
+    if !std::env::args().any(|arg| arg == "--bench") {
+        println!("roll benchmark: run it with `cargo bench --bench roll`");
+        return;
+    }
     let keys = env_number("BENCH_KEYS", 200_000);
     let value_bytes = env_number("BENCH_VALUE_BYTES", 100) as usize;
     let mut roller = roller(47, "bench");

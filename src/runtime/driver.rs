@@ -115,6 +115,11 @@ impl<R: NodeRuntime> Roller<R> {
         }
     }
 
+    /// Change the deadlines for the steps to come.
+    pub fn set_timeouts(&mut self, timeouts: Timeouts) {
+        self.timeouts = timeouts;
+    }
+
     pub fn runtime(&self) -> &R {
         &self.runtime
     }

@@ -34,14 +34,17 @@ pub fn shape(shards: u32, replicas: u32, revision: &str) -> DesiredShape {
 /// initialise under a load of 16 on 2 cores).
 pub fn roller(subnet: u8, cluster: &str) -> Roller<LocalRuntime> {
     let runtime = LocalRuntime::new(subnet).unwrap();
-    let timeouts = Timeouts {
+    Roller::new(runtime, cluster, test_timeouts())
+}
+
+pub fn test_timeouts() -> Timeouts {
+    Timeouts {
         call: Duration::from_secs(5),
         start: Duration::from_secs(30),
         join: Duration::from_secs(120),
         failover: Duration::from_secs(15),
         migration: Duration::from_secs(120),
-    };
-    Roller::new(runtime, cluster, timeouts)
+    }
 }
 
 /// The hash slot of a key (CRC16/XMODEM of the key, or of its `{hash tag}`).
