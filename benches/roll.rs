@@ -85,9 +85,9 @@ async fn preload(addresses: &[String], count: u64, value_bytes: usize) {
 /// Time for a fresh node to become a synced replica of shard 0's primary: from `CLUSTER
 /// REPLICATE` answering to link up, no sync in progress, offset caught up. The probe node is
 /// removed afterwards.
-async fn bare_full_sync(roller: &Roller<LocalRuntime>) -> Duration {
+async fn bare_full_sync(roller: &Roller<LocalRuntime>, name: &str) -> Duration {
     let spec = NodeSpec {
-        name: "probe".into(),
+        name: name.into(),
         shard: 0,
         revision: NEW.into(),
     };
@@ -151,7 +151,7 @@ async fn bare_full_sync(roller: &Roller<LocalRuntime>) -> Duration {
     }
     let took = started.elapsed();
     let probe_id = probe.my_id().await.unwrap();
-    roller.runtime().stop_node("probe").await.unwrap();
+    roller.runtime().stop_node(name).await.unwrap();
     forget_everywhere(&others, &probe_id).await.unwrap();
     took
 }
@@ -176,6 +176,12 @@ fn sync_time(steps: &[&StepRecord]) -> Duration {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    // `cargo test --all-targets` runs bench targets too, without `--bench`: figures come only
+    // from `cargo bench`.
+    if !std::env::args().any(|arg| arg == "--bench") {
+        println!("roll benchmark: run it with `cargo bench --bench roll`");
+        return;
+    }
     let keys = env_number("BENCH_KEYS", 200_000);
     let value_bytes = env_number("BENCH_VALUE_BYTES", 100) as usize;
     let mut roller = roller(47, "bench");
@@ -187,19 +193,24 @@ async fn main() {
         secs(loading.elapsed())
     );
 
-    let bare_sync = bare_full_sync(&roller).await;
-    println!(
-        "bare full sync of a new replica of one loaded shard (REPLICATE -> synced): {}",
-        secs(bare_sync)
-    );
-
     let writer = Writer::start(roller.addresses());
     tokio::time::sleep(Duration::from_millis(500)).await;
+    // The yardstick for a shard's roll: a bare full sync of shard 0 under the same writes,
+    // before the roll and after it (the writer's keys make the data grow meanwhile).
+    let sync_before = bare_full_sync(&roller, "probe-before").await;
     let before = roller.history().len();
     let started = Instant::now();
     converge(&mut roller, &shape(3, 1, NEW), Duration::from_secs(600)).await;
     let finished = Instant::now();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sync_after = bare_full_sync(&roller, "probe-after").await;
+    let bare_sync = (sync_before + sync_after) / 2;
+    println!(
+        "bare full sync of a new replica of shard 0 under the writer (REPLICATE -> synced): \
+         {} before the roll, {} after, {} on average",
+        secs(sync_before),
+        secs(sync_after),
+        secs(bare_sync)
+    );
     let log = writer.stop().await;
     let steps: Vec<&StepRecord> = roller.history()[before..].iter().collect();
 
@@ -279,9 +290,7 @@ async fn main() {
     println!("atomic slot migration (CLUSTER MIGRATESLOTS, polled until done):");
     for last_slot in [255u16, 2047] {
         let range = SlotRange::new(0, last_slot);
-        let held = (0..keys)
-            .filter(|i| key_slot(&format!("bench:{i}")) <= last_slot)
-            .count();
+        let held = keys_in(source.addr(), range).await;
         let took = Instant::now();
         source
             .migrate_slots(target, &[range], Duration::from_secs(300))
@@ -289,8 +298,7 @@ async fn main() {
             .unwrap();
         let moved = took.elapsed();
         println!(
-            "  slots {range} holding {held} keys ({} MB of values): {}",
-            held * value_bytes / 1_000_000,
+            "  slots {range} holding {held} keys (preloaded and written by the writer): {}",
             secs(moved)
         );
         by_id[target]
@@ -298,4 +306,24 @@ async fn main() {
             .await
             .unwrap();
     }
+}
+
+/// Keys in `range` on the node at `addr` (`CLUSTER COUNTKEYSINSLOT`, slot by slot).
+async fn keys_in(addr: &str, range: SlotRange) -> u64 {
+    let mut conn = redis::Client::open(format!("redis://{addr}/"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut total = 0;
+    for slot in range.start..=range.end {
+        let count: u64 = redis::cmd("CLUSTER")
+            .arg("COUNTKEYSINSLOT")
+            .arg(slot)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        total += count;
+    }
+    total
 }

@@ -40,7 +40,10 @@ pub fn coverage<'a>(ranges: impl IntoIterator<Item = &'a SlotRange>) -> Vec<bool
 
 /// The parts of `range` not marked in `covered`, as ranges.
 pub fn uncovered_parts(range: SlotRange, covered: &[bool]) -> Vec<SlotRange> {
-    compress((range.start..=range.end).filter(|&slot| !covered[usize::from(slot)]))
+    compress(
+        (range.start..=range.end)
+            .filter(|&slot| !covered.get(usize::from(slot)).copied().unwrap_or(false)),
+    )
 }
 
 /// The `count` highest slots of `ranges` (fewer if they hold fewer), as sorted ranges.

@@ -73,6 +73,9 @@ struct Member {
     id: Option<String>,
     lifecycle: Lifecycle,
     joined_at: Instant,
+    /// The introductions a join still owes this node (MEET, and REPLICATE of this primary
+    /// when `Some(Some(primary))`); retried before every plan until done.
+    unfinished_join: Option<Option<String>>,
 }
 
 /// Drives one cluster on a runtime.
@@ -110,6 +113,11 @@ impl<R: NodeRuntime> Roller<R> {
             next_index: 0,
             history: Vec::new(),
         }
+    }
+
+    /// Change the deadlines for the steps to come.
+    pub fn set_timeouts(&mut self, timeouts: Timeouts) {
+        self.timeouts = timeouts;
     }
 
     pub fn runtime(&self) -> &R {
@@ -282,6 +290,17 @@ impl<R: NodeRuntime> Roller<R> {
 
     /// Observe, plan, and perform one step; returns the step (performed or not, on error).
     pub async fn step(&mut self, desired: &DesiredShape) -> (Step, Result<(), DriveError>) {
+        let unfinished: Vec<String> = self
+            .members
+            .iter()
+            .filter(|(_, m)| m.unfinished_join.is_some())
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in unfinished {
+            if let Err(error) = self.finish_join(&name).await {
+                tracing::warn!(node = %name, %error, "join still unfinished");
+            }
+        }
         let observed = self.observe().await;
         let step = plan(desired, &observed, &self.memory);
         let started = Instant::now();
@@ -298,39 +317,41 @@ impl<R: NodeRuntime> Roller<R> {
         (step, result)
     }
 
-    /// Step until the planner says [`Step::Converged`]; stop on a stall, on three failed steps
-    /// in a row, or at `deadline`.
+    /// Step until the planner says [`Step::Converged`]; stop on a stall or at `deadline`. A
+    /// failed step is not fatal by itself: the planner decides from what it observes next
+    /// (and stalls when a failure must stop the roll).
     pub async fn converge(
         &mut self,
         desired: &DesiredShape,
         deadline: Duration,
     ) -> Result<(), DriveError> {
         let started = Instant::now();
-        let mut failures = 0;
+        let mut last_error = None;
         loop {
             let (step, result) = self.step(desired).await;
-            match (&step, result) {
-                (Step::Converged, _) => return Ok(()),
-                (Step::Stalled { reason }, _) => {
+            match &step {
+                Step::Converged => return Ok(()),
+                Step::Stalled { reason } => {
                     return Err(DriveError::Stalled {
                         reason: reason.clone(),
                     });
                 }
-                (_, Err(error)) => {
-                    failures += 1;
-                    if failures >= 3 {
-                        return Err(error);
-                    }
-                }
-                (_, Ok(())) => failures = 0,
+                _ => {}
+            }
+            let failed = result.is_err();
+            if let Err(error) = result {
+                last_error = Some(error.to_string());
             }
             if started.elapsed() > deadline {
                 return Err(DriveError::Deadline {
                     waited: started.elapsed(),
-                    last: step.to_string(),
+                    last: match last_error {
+                        Some(error) => format!("{step} (last failed step: {error})"),
+                        None => step.to_string(),
+                    },
                 });
             }
-            if matches!(step, Step::Wait { .. }) {
+            if matches!(step, Step::Wait { .. }) || failed {
                 sleep(Duration::from_millis(50)).await;
             }
         }
@@ -405,23 +426,40 @@ impl<R: NodeRuntime> Roller<R> {
             name.clone(),
             Member {
                 spec,
-                address: address.clone(),
+                address,
                 id: None,
                 lifecycle: Lifecycle::Joining,
                 joined_at: Instant::now(),
+                unfinished_join: Some(primary.map(str::to_owned)),
             },
         );
+        self.finish_join(&name).await
+    }
+
+    /// Introduce a started node to the cluster and, for a replica, attach it to its primary.
+    /// A slow machine may make this fail; it is retried before the next plans, while the
+    /// planner waits for the node (and stalls on it once it is overdue).
+    async fn finish_join(&mut self, name: &str) -> Result<(), DriveError> {
+        let (address, work) = match self.members.get(name) {
+            Some(Member {
+                address,
+                unfinished_join: Some(work),
+                ..
+            }) => (address.clone(), work.clone()),
+            _ => return Ok(()),
+        };
         let client = self.wait_until_answering(&address).await?;
         let id = client.my_id().await?;
-        if let Some(member) = self.members.get_mut(&name) {
-            member.id = Some(id);
-        }
-        if let Some(peer) = self.live_peer(&name).await {
+        if let Some(peer) = self.live_peer(name).await {
             client.meet(&peer.ip, peer.port).await?;
         }
-        if let Some(primary) = primary {
-            let primary_id = self.member_client(primary).await?.my_id().await?;
+        if let Some(primary) = work {
+            let primary_id = self.member_client(&primary).await?.my_id().await?;
             client.replicate(&primary_id, self.timeouts.start).await?;
+        }
+        if let Some(member) = self.members.get_mut(name) {
+            member.id = Some(id);
+            member.unfinished_join = None;
         }
         Ok(())
     }

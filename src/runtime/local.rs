@@ -40,6 +40,18 @@ pub fn valkey_bin_root() -> PathBuf {
     Path::new(&home).join(".cache/valkey-operator/valkey")
 }
 
+/// Where node folders go: memory-backed `/dev/shm` when there is one, because Valkey fsyncs
+/// its cluster config file and a busy disk was seen to stall a node's start for over 10 s;
+/// otherwise the system's temporary folder.
+fn scratch_root() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 struct LocalNode {
     child: Child,
     address: NodeAddress,
@@ -61,11 +73,10 @@ pub struct LocalRuntime {
 }
 
 impl LocalRuntime {
-    /// A runtime for `127.0.<subnet>.2` upwards, keeping node folders under a fresh temporary
+    /// A runtime for `127.0.<subnet>.2` upwards, keeping node folders under a fresh scratch
     /// folder (removed on drop).
     pub fn new(subnet: u8) -> Result<Self, RuntimeError> {
-        let work_dir =
-            std::env::temp_dir().join(format!("valkey-local-{}-{subnet}", std::process::id()));
+        let work_dir = scratch_root().join(format!("valkey-local-{}-{subnet}", std::process::id()));
         // A leftover folder from an earlier run of this process id is stale.
         let _ = fs::remove_dir_all(&work_dir);
         fs::create_dir_all(&work_dir).map_err(|source| RuntimeError::Io {

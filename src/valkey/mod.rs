@@ -234,12 +234,20 @@ impl NodeClient {
         Ok(())
     }
 
-    /// Forget `node_id` on this node (see [`forget_everywhere`]).
+    /// Forget `node_id` on this node (see [`forget_everywhere`]). A node that never heard of
+    /// it (gossip had not reached it yet) has nothing to forget: that is success.
     pub async fn forget(&self, node_id: &str) -> Result<()> {
-        let _: String = self
-            .call(redis::cmd("CLUSTER").arg("FORGET").arg(node_id))
-            .await?;
-        Ok(())
+        match self
+            .call::<String>(redis::cmd("CLUSTER").arg("FORGET").arg(node_id))
+            .await
+        {
+            Err(EngineError::Command { source, .. })
+                if source.to_string().contains("Unknown node") =>
+            {
+                Ok(())
+            }
+            other => other.map(|_| ()),
+        }
     }
 
     /// Promote this replica in place of `primary` with the default `CLUSTER FAILOVER` (a clean

@@ -29,10 +29,22 @@ pub fn shape(shards: u32, replicas: u32, revision: &str) -> DesiredShape {
     }
 }
 
-/// A roller on its own loopback subnet, so tests can run in parallel.
+/// A roller on its own loopback subnet, so tests can run in parallel. Its timeouts are
+/// roomy: the machine running the tests may be busy compiling (a node was seen taking 11 s to
+/// initialise under a load of 16 on 2 cores).
 pub fn roller(subnet: u8, cluster: &str) -> Roller<LocalRuntime> {
     let runtime = LocalRuntime::new(subnet).unwrap();
-    Roller::new(runtime, cluster, Timeouts::default())
+    Roller::new(runtime, cluster, test_timeouts())
+}
+
+pub fn test_timeouts() -> Timeouts {
+    Timeouts {
+        call: Duration::from_secs(5),
+        start: Duration::from_secs(30),
+        join: Duration::from_secs(120),
+        failover: Duration::from_secs(15),
+        migration: Duration::from_secs(120),
+    }
 }
 
 /// The hash slot of a key (CRC16/XMODEM of the key, or of its `{hash tag}`).
