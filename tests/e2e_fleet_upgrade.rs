@@ -1,5 +1,6 @@
-//! The guide's fleet upgrade end to end: the operator binary reconciling on a real API server,
-//! Pods run by the test kubelet as real valkey-server processes, driven by kubectl. Patching
+//! The guide's fleet upgrade end to end: the operator binary reconciling on a real API server
+//! with only the Helm chart's RBAC (a token of the chart's ServiceAccount), Pods run by the
+//! test kubelet as real valkey-server processes, driven by kubectl. Patching
 //! the shared base config's imageRef rolls every cluster resolving through it (directly or
 //! through baseRef) at once, one shard at a time, exactly one failover per shard, replicas
 //! never below target, state Active throughout, no acknowledged write lost; a cluster on an
@@ -13,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use roll_support::{Sampler, Writer, fewest_replicas, lost_writes, primary_changes, versions};
 use serde_json::Value;
-use support::chart::{get_json, must};
-use support::local::LocalOperator;
+use support::chart::{
+    ChartIdentity, Operator, control_plane_with_crds, get_json, install, must, repoint_webhooks,
+};
 use testenv::{ControlPlane, TestKubelet};
 
 const FLEET: &str = r#"
@@ -121,11 +123,15 @@ fn converged(cluster: &Value, version: &str) -> bool {
 
 #[tokio::test]
 async fn the_guides_fleet_upgrade() {
-    let plane = ControlPlane::start().await.expect("control plane");
+    let (plane, helm) = control_plane_with_crds().await;
+    install(&helm, &[]);
+    let identity = ChartIdentity::from_release(&plane);
+    let mut operator = Operator::start(&identity, "operator.log");
+    operator.wait_ready(Duration::from_secs(60)).await;
+    repoint_webhooks(&plane, &operator.url);
     let _kubelet = TestKubelet::start(plane.client().await.unwrap(), Default::default())
         .await
         .unwrap();
-    let operator = LocalOperator::start(&plane).await;
     must(&plane, &["apply", "-f", "-"], Some(FLEET));
 
     // The clusters come up; their nodes show Joining, then Active.
@@ -256,7 +262,11 @@ async fn the_guides_fleet_upgrade() {
         let line = format!(
             "valkey_operator_failovers_total{{cluster=\"{name}\",namespace=\"{ns}\"}} {shards}\n"
         );
-        assert!(metrics.contains(&line), "expected {line}in\n{metrics}");
+        assert!(
+            metrics.contains(&line),
+            "expected {line}in\n{metrics}\n{}",
+            operator.log()
+        );
     }
     assert!(
         !metrics.contains(r#"failovers_total{cluster="search""#),

@@ -525,3 +525,94 @@ async fn without_a_needed_verb_the_operator_never_becomes_ready() {
         "{log}"
     );
 }
+
+/// The controller under the chart's RBAC: without `create` on pods no cluster comes up and the
+/// cluster's Degraded condition says why; with the verb back the same process brings it up.
+#[tokio::test]
+async fn without_pod_create_the_controller_reports_it_and_recovers_once_granted() {
+    let (plane, helm) = control_plane_with_crds().await;
+    install(&helm, &[]);
+    let identity = ChartIdentity::from_release(&plane);
+    set_verbs(&plane, "pods", &["list", "watch", "patch", "delete"]);
+    assert!(!identity.can_i(&plane, &["create", "pods", "-n", "team-a"]));
+    let mut operator = Operator::start(&identity, "operator.log");
+    operator.wait_ready(Duration::from_secs(60)).await;
+    repoint_webhooks(&plane, &operator.url);
+    let _kubelet = testenv::TestKubelet::start(plane.client().await.unwrap(), Default::default())
+        .await
+        .unwrap();
+    let fleet = format!(
+        "{}---\n{}",
+        image("valkey-9-0-0", "9.0.0"),
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {name: team-a}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata: {name: standard}
+spec: {imageRef: valkey-9-0-0}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {name: orders, namespace: team-a}
+spec: {configRef: standard, shards: 1, replicasPerShard: 0}
+"#
+    );
+    must(&plane, &["apply", "-f", "-"], Some(&fleet));
+    let status = |plane: &ControlPlane| {
+        get_json(
+            plane,
+            &[
+                "get",
+                "valkeycluster",
+                "orders",
+                "-n",
+                "team-a",
+                "-o",
+                "json",
+            ],
+        )["status"]
+            .clone()
+    };
+    let degraded = |status: &Value| {
+        status["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Degraded").cloned())
+            .unwrap_or(Value::Null)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = status(&plane);
+        let condition = degraded(&status);
+        if condition["status"] == "True" {
+            let message = condition["message"].as_str().unwrap_or_default();
+            assert!(message.contains("pods is forbidden"), "{condition}");
+            assert_ne!(status["state"], "Active");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Degraded condition: {status}\n{}",
+            operator.log()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    set_verbs(
+        &plane,
+        "pods",
+        &["list", "watch", "create", "patch", "delete"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while status(&plane)["state"] != "Active" {
+        assert!(
+            Instant::now() < deadline,
+            "not Active once granted: {}\n{}",
+            status(&plane),
+            operator.log()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(degraded(&status(&plane))["status"], "False");
+}

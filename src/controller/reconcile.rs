@@ -321,64 +321,78 @@ async fn client_of(ctx: &Context, nodes: &Nodes, name: &str) -> Result<NodeClien
     Ok(NodeClient::connect(&address, ctx.timeouts.call).await?)
 }
 
-/// For each `Joining` node whose Pod answers: record its id and address, introduce it to the
-/// cluster (`CLUSTER MEET` through a live member) and, if it joins as a replica, attach it.
-/// Idempotent: run before every plan, so a join interrupted by a restart is finished.
+/// Makes the nodes whose Pods answer into one cluster, before every plan (so it also finishes
+/// a join interrupted by a restart): records each node's id and address in its status, has
+/// every node meet any member it does not know yet (`CLUSTER MEET`; two primaries created in
+/// one bootstrap must meet whichever came up first), and attaches a `Joining` replica to the
+/// primary it was created for.
 async fn finish_joins(ctx: &Context, nodes: &Nodes, namespace: &str) -> Result<(), Error> {
     let (node_api, _) = apis(ctx, namespace);
-    for node in nodes
-        .objects
-        .iter()
-        .filter(|n| lifecycle(n) == Lifecycle::Joining)
-    {
-        let name = node.name_any();
+    let mut live: Vec<(&ValkeyNode, NodeClient, String)> = Vec::new();
+    for node in &nodes.objects {
         let Some(address) = nodes.address(node) else {
             continue;
         };
         let Ok(client) = NodeClient::connect(&address, ctx.timeouts.call).await else {
             continue;
         };
-        if client.ping().await.is_err() {
+        let Ok(id) = client.my_id().await else {
             continue;
-        }
-        let id = client.my_id().await?;
-        let known = node.status.as_ref().and_then(|s| s.node_id.as_deref()) == Some(id.as_str());
-        if !known {
+        };
+        if node.status.as_ref().and_then(|s| s.node_id.as_deref()) != Some(id.as_str()) {
             let ip = address
                 .rsplit_once(':')
-                .map_or(address.as_str(), |(ip, _)| ip)
-                .to_string();
-            let patch = json!({"status": {"nodeId": id, "address": ip, "podName": name, "lifecycle": "Joining"}});
+                .map_or(address.as_str(), |(ip, _)| ip);
+            let patch =
+                json!({"status": {"nodeId": id, "address": ip, "podName": node.name_any()}});
             node_api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch_status(
+                    &node.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
                 .await?;
         }
-        // Meet through any other node that answers.
-        let known_nodes = client.cluster_info().await?.known_nodes;
-        if known_nodes <= 1 {
-            for peer in nodes.objects.iter().filter(|p| p.name_any() != name) {
-                let Some(peer_address) = nodes.address(peer) else {
-                    continue;
-                };
-                let Ok(peer_client) = NodeClient::connect(&peer_address, ctx.timeouts.call).await
-                else {
-                    continue;
-                };
-                if peer_client.ping().await.is_ok() {
-                    let (ip, port) = peer_address
-                        .rsplit_once(':')
-                        .unwrap_or((&peer_address, "6379"));
-                    client.meet(ip, port.parse().unwrap_or(6379)).await?;
-                    break;
-                }
+        live.push((node, client, id));
+    }
+    for (node, client, _) in &live {
+        let known: Vec<String> = client
+            .cluster_nodes()
+            .await?
+            .into_iter()
+            .map(|n| n.id)
+            .collect();
+        for (peer, _, peer_id) in &live {
+            if peer.name_any() == node.name_any() || known.contains(peer_id) {
+                continue;
             }
+            let Some(peer_address) = nodes.address(peer) else {
+                continue;
+            };
+            let Some((ip, port)) = peer_address.rsplit_once(':') else {
+                continue;
+            };
+            client
+                .meet(
+                    ip,
+                    port.parse().unwrap_or(super::render::VALKEY_PORT as u16),
+                )
+                .await?;
         }
-        let replica_of = node.annotations().get(REPLICA_OF_ANNOTATION).cloned();
-        if let Some(primary) = replica_of
-            && client.replication_info().await?.role != Role::Replica
-        {
-            let primary_id = client_of(ctx, nodes, &primary).await?.my_id().await?;
-            client.replicate(&primary_id, ctx.timeouts.start).await?;
+    }
+    for (node, client, _) in live
+        .iter()
+        .filter(|(n, _, _)| lifecycle(n) == Lifecycle::Joining)
+    {
+        let Some(primary) = node.annotations().get(REPLICA_OF_ANNOTATION) else {
+            continue;
+        };
+        if client.replication_info().await?.role != Role::Replica {
+            let Some((_, _, primary_id)) = live.iter().find(|(n, _, _)| n.name_any() == *primary)
+            else {
+                continue;
+            };
+            client.replicate(primary_id, ctx.timeouts.start).await?;
         }
     }
     Ok(())
@@ -515,11 +529,15 @@ async fn act(
                 false,
             )
             .await;
+            let started = std::time::Instant::now();
             let old_primary = client_of(ctx, nodes, from).await?;
-            client_of(ctx, nodes, to)
+            let result = client_of(ctx, nodes, to)
                 .await?
                 .failover(&old_primary, ctx.timeouts.failover)
-                .await?;
+                .await;
+            ctx.metrics
+                .failover(&namespace, &cluster.name_any(), result.is_ok(), started);
+            result?;
         }
         Step::MigrateSlots {
             from, to, slots, ..
@@ -534,10 +552,13 @@ async fn act(
             )
             .await;
             let target = client_of(ctx, nodes, to).await?.my_id().await?;
-            client_of(ctx, nodes, from)
+            let result = client_of(ctx, nodes, from)
                 .await?
                 .migrate_slots(&target, slots, ctx.timeouts.migration)
-                .await?;
+                .await;
+            ctx.metrics
+                .slot_migration(&namespace, &cluster.name_any(), result.is_ok());
+            result?;
         }
         Step::RetireNode { node, .. } => {
             let id = nodes
@@ -655,6 +676,7 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
         false,
     )
     .await;
+    ctx.metrics.forget_cluster(&namespace, &cluster.name_any());
     Ok(Action::await_change())
 }
 

@@ -3,17 +3,14 @@
 //! what runs a roll on the local runtime; the Kubernetes controller does the same one step per
 //! reconcile.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures::future::join_all;
 use tokio::time::{Instant, sleep};
 
 use super::{NodeAddress, NodeRuntime, NodeSpec, RuntimeError};
-use crate::roll::{
-    DesiredShape, Lifecycle, ObservedNode, ReplicaSync, Role, RollMemory, Step, plan,
-};
-use crate::valkey::{ClusterNode, EngineError, NodeClient, forget_everywhere};
+use crate::roll::{DesiredShape, Lifecycle, ObservedNode, RollMemory, Step, plan};
+use crate::valkey::{EngineError, NodeClient, forget_everywhere};
 
 /// How long each kind of action may take.
 #[derive(Clone, Debug)]
@@ -67,7 +64,7 @@ pub struct StepRecord {
     pub error: Option<String>,
 }
 
-struct Member {
+struct Running {
     spec: NodeSpec,
     address: NodeAddress,
     id: Option<String>,
@@ -82,24 +79,11 @@ struct Member {
 pub struct Roller<R: NodeRuntime> {
     runtime: R,
     cluster: String,
-    members: BTreeMap<String, Member>,
+    members: BTreeMap<String, Running>,
     memory: RollMemory,
     timeouts: Timeouts,
     next_index: u32,
     history: Vec<StepRecord>,
-}
-
-/// What one reachable node said about itself.
-struct NodeReport {
-    role: Role,
-    link_up: bool,
-    sync_in_progress: bool,
-    replica_offset: u64,
-    master_repl_offset: u64,
-    cluster_ok: bool,
-    migrating: bool,
-    myself: Option<ClusterNode>,
-    view: Vec<ClusterNode>,
 }
 
 impl<R: NodeRuntime> Roller<R> {
@@ -165,127 +149,23 @@ impl<R: NodeRuntime> Roller<R> {
         Ok(self.client(&member.address).await?)
     }
 
-    async fn report(&self, address: &NodeAddress) -> Option<NodeReport> {
-        let client = self.client(address).await.ok()?;
-        let replication = client.replication_info().await.ok()?;
-        let info = client.cluster_info().await.ok()?;
-        let view = client.cluster_nodes().await.ok()?;
-        let migrating = match replication.role {
-            Role::Primary => client
-                .slot_migrations()
-                .await
-                .ok()?
-                .iter()
-                .any(|job| !job.succeeded() && !job.failed()),
-            Role::Replica => false,
-        };
-        Some(NodeReport {
-            role: replication.role,
-            link_up: replication.link_up,
-            sync_in_progress: replication.sync_in_progress,
-            replica_offset: replication.replica_offset,
-            master_repl_offset: replication.master_repl_offset,
-            cluster_ok: info.state_ok,
-            migrating,
-            myself: view.iter().find(|n| n.myself).cloned(),
-            view,
-        })
-    }
-
-    /// Observe every node. Replicas are asked a second time, after every primary, so that a
-    /// replica's offset is never compared with a primary offset read later than it.
+    /// Observe every node (see [`super::observe`]).
     pub async fn observe(&self) -> Vec<ObservedNode> {
-        let reports: Vec<Option<NodeReport>> =
-            join_all(self.members.values().map(|m| self.report(&m.address))).await;
-        let mut reports: HashMap<&str, NodeReport> = self
+        let members: Vec<super::observe::Member> = self
             .members
-            .keys()
-            .map(String::as_str)
-            .zip(reports)
-            .filter_map(|(name, report)| Some((name, report?)))
-            .collect();
-        let replicas: Vec<&str> = reports
             .iter()
-            .filter(|(_, r)| r.role == Role::Replica)
-            .map(|(name, _)| *name)
-            .collect();
-        for name in replicas {
-            let fresh = match self.members.get(name) {
-                Some(member) => self.report(&member.address).await,
-                None => None,
-            };
-            match fresh {
-                Some(fresh) => reports.insert(name, fresh),
-                None => reports.remove(name),
-            };
-        }
-        let primaries: HashMap<String, &NodeReport> = reports
-            .values()
-            .filter(|r| r.role == Role::Primary)
-            .filter_map(|r| Some((r.myself.as_ref()?.id.clone(), r)))
-            .collect();
-        let view: Vec<ClusterNode> = reports
-            .values()
-            .find(|r| r.cluster_ok)
-            .or_else(|| reports.values().next())
-            .map(|r| r.view.clone())
-            .unwrap_or_default();
-        self.members
-            .iter()
-            .map(|(name, member)| {
-                let seen = member
-                    .id
-                    .as_ref()
-                    .and_then(|id| view.iter().find(|n| &n.id == id));
-                let overdue = member.lifecycle == Lifecycle::Joining
-                    && member.joined_at.elapsed() > self.timeouts.join;
-                let base = ObservedNode {
-                    name: name.clone(),
-                    shard: member.spec.shard,
-                    revision: member.spec.revision.clone(),
-                    lifecycle: member.lifecycle,
-                    join_overdue: overdue,
-                    reachable: false,
-                    role: match seen {
-                        Some(n) if n.primary => Role::Primary,
-                        _ => Role::Replica,
-                    },
-                    sync: None,
-                    slots: seen.map(|n| n.slots.clone()).unwrap_or_default(),
-                    cluster_ok: false,
-                    migrating: false,
-                };
-                let Some(report) = reports.get(name.as_str()) else {
-                    return base;
-                };
-                let myself = report.myself.as_ref();
-                let primary = myself
-                    .and_then(|m| Some((m, m.replica_of.as_ref()?)))
-                    .and_then(|(m, id)| Some((m, id, primaries.get(id)?)));
-                ObservedNode {
-                    reachable: true,
-                    role: report.role,
-                    sync: match (report.role, primary) {
-                        (Role::Replica, Some((me, primary_id, primary))) => Some(ReplicaSync {
-                            link_up: report.link_up,
-                            sync_in_progress: report.sync_in_progress,
-                            offset: report.replica_offset,
-                            primary_offset: primary.master_repl_offset,
-                            known_to_primaries: primaries.values().all(|p| {
-                                p.view.iter().any(|n| {
-                                    n.id == me.id && n.replica_of.as_ref() == Some(primary_id)
-                                })
-                            }),
-                        }),
-                        _ => None,
-                    },
-                    slots: myself.map(|m| m.slots.clone()).unwrap_or_default(),
-                    cluster_ok: report.cluster_ok,
-                    migrating: report.migrating,
-                    ..base
-                }
+            .map(|(name, member)| super::observe::Member {
+                name: name.clone(),
+                shard: member.spec.shard,
+                revision: member.spec.revision.clone(),
+                lifecycle: member.lifecycle,
+                join_overdue: member.lifecycle == Lifecycle::Joining
+                    && member.joined_at.elapsed() > self.timeouts.join,
+                address: Some(member.address.to_string()),
+                id: member.id.clone(),
             })
-            .collect()
+            .collect();
+        super::observe::observe(&members, self.timeouts.call).await
     }
 
     /// Observe, plan, and perform one step; returns the step (performed or not, on error).
@@ -424,7 +304,7 @@ impl<R: NodeRuntime> Roller<R> {
         let address = self.runtime.start_node(&spec).await?;
         self.members.insert(
             name.clone(),
-            Member {
+            Running {
                 spec,
                 address,
                 id: None,
@@ -441,7 +321,7 @@ impl<R: NodeRuntime> Roller<R> {
     /// planner waits for the node (and stalls on it once it is overdue).
     async fn finish_join(&mut self, name: &str) -> Result<(), DriveError> {
         let (address, work) = match self.members.get(name) {
-            Some(Member {
+            Some(Running {
                 address,
                 unfinished_join: Some(work),
                 ..

@@ -1,6 +1,7 @@
 //! Node runtimes: what the roll's steps use to start and stop Valkey servers. The local
-//! runtime ([`local`]) runs them as processes on loopback addresses; the Kubernetes runtime
-//! (pods) comes with the controller. [`driver`] runs the observe → plan → act loop on a runtime.
+//! runtime ([`local`]) runs them as processes on loopback addresses, and [`driver`] runs the
+//! observe → plan → act loop on it; the Kubernetes controller (`crate::controller`) runs the
+//! same loop with Pods. Both observe nodes through [`observe`].
 
 pub mod driver;
 pub mod local;

@@ -298,6 +298,19 @@ impl Operator {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The operator's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let url = format!("{}/metrics", self.url);
+        self.client
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// `/readyz`'s status and body; `None` while nothing answers.
     pub async fn readyz(&self) -> Option<(u16, String)> {
         let response = self

@@ -13,8 +13,6 @@ use super::chart::{must, run};
 
 pub struct LocalOperator {
     child: Child,
-    port: u16,
-    client: reqwest::Client,
     log: PathBuf,
     /// Keeps the certificates and the log until the operator is gone.
     _dir: tempfile::TempDir,
@@ -78,8 +76,6 @@ impl LocalOperator {
         let client = super::client_trusting(&dir.path().join("ca.crt"));
         let mut operator = Self {
             child,
-            port,
-            client: client.clone(),
             log,
             _dir: dir,
         };
@@ -114,19 +110,6 @@ impl LocalOperator {
         ]);
         must(plane, &["apply", "-f", "-"], Some(&webhooks));
         operator
-    }
-
-    /// The operator's `/metrics` text.
-    pub async fn metrics(&self) -> String {
-        let url = format!("https://localhost:{}/metrics", self.port);
-        self.client
-            .get(url)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
     }
 
     pub fn log(&self) -> String {
