@@ -203,13 +203,29 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         effective: &effective,
         default_zone_spread: ctx.settings.default_zone_spread,
     };
-    ensure_owned_objects(ctx, &render, &namespace).await?;
-
-    let nodes = read_nodes(ctx, cluster, &namespace).await?;
-    finish_joins(ctx, &nodes, &namespace).await?;
-    let nodes = read_nodes(ctx, cluster, &namespace).await?;
-    let observed = observe(&members(&nodes, ctx.timeouts.join), ctx.timeouts.call).await;
-    sync_roles(ctx, &nodes, &observed, &namespace, &render).await?;
+    let prepared = async {
+        ensure_owned_objects(ctx, &render, &namespace).await?;
+        let nodes = read_nodes(ctx, cluster, &namespace).await?;
+        create_missing_pods(ctx, &render, &nodes, &namespace).await?;
+        finish_joins(ctx, &nodes, &namespace).await?;
+        let nodes = read_nodes(ctx, cluster, &namespace).await?;
+        let observed = observe(&members(&nodes, ctx.timeouts.join), ctx.timeouts.call).await;
+        sync_roles(ctx, &nodes, &observed, &namespace, &render).await?;
+        Ok::<_, Error>((nodes, observed))
+    }
+    .await;
+    let (nodes, observed) = match prepared {
+        Ok(prepared) => prepared,
+        Err(error) => {
+            // Said in the status too, so `kubectl describe` shows why nothing moves.
+            let message = format!("preparing the next step: {error}");
+            write_status(ctx, cluster, |status| {
+                degraded(status, cluster, "StepFailed", &message)
+            })
+            .await?;
+            return Err(error);
+        }
+    };
     let desired = DesiredShape {
         shards: u32::try_from(cluster.spec.shards).unwrap_or(1),
         replicas_per_shard: u32::try_from(cluster.spec.replicas_per_shard).unwrap_or(0),
@@ -319,6 +335,43 @@ async fn client_of(ctx: &Context, nodes: &Nodes, name: &str) -> Result<NodeClien
             reply: "the node's Pod has no IP yet".into(),
         })?;
     Ok(NodeClient::connect(&address, ctx.timeouts.call).await?)
+}
+
+/// Creates the Pod of a node that never had one running (its creation failed after the
+/// ValkeyNode was created, e.g. refused by RBAC or a quota). A node that did run is not
+/// restarted here: if its Pod is gone it is unreachable, and the planner replaces it.
+async fn create_missing_pods(
+    ctx: &Context,
+    render: &ClusterRender<'_>,
+    nodes: &Nodes,
+    namespace: &str,
+) -> Result<(), Error> {
+    let (_, pod_api) = apis(ctx, namespace);
+    for node in &nodes.objects {
+        let never_ran = node
+            .status
+            .as_ref()
+            .and_then(|s| s.node_id.as_ref())
+            .is_none();
+        let deleting = node.metadata.deletion_timestamp.is_some();
+        if nodes.pods.contains_key(&node.name_any()) || !never_ran || deleting {
+            continue;
+        }
+        let role = if node.annotations().contains_key(REPLICA_OF_ANNOTATION) {
+            NodeRole::Replica
+        } else {
+            NodeRole::Primary
+        };
+        match pod_api
+            .create(&PostParams::default(), &render.pod(node, role))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Makes the nodes whose Pods answer into one cluster, before every plan (so it also finishes

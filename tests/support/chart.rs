@@ -232,6 +232,15 @@ impl ChartIdentity {
         Self { dir }
     }
 
+    /// The admin kubeconfig and development certificates from `valkey-operator certs`, for
+    /// tests that are not about RBAC.
+    pub fn admin(plane: &ControlPlane) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        super::write_certificates(dir.path());
+        std::fs::copy(plane.kubeconfig_path(), dir.path().join("kubeconfig")).unwrap();
+        Self { dir }
+    }
+
     pub fn path(&self, file: &str) -> PathBuf {
         self.dir.path().join(file)
     }
@@ -259,7 +268,12 @@ pub struct Operator {
 }
 
 impl Operator {
+    /// Runs in the chart's namespace (its ConfigMap and Lease live there).
     pub fn start(identity: &ChartIdentity, log_name: &str) -> Self {
+        Self::start_in(identity, log_name, NAMESPACE)
+    }
+
+    pub fn start_in(identity: &ChartIdentity, log_name: &str, namespace: &str) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -269,7 +283,7 @@ impl Operator {
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--namespace", NAMESPACE])
+            .args(["--namespace", namespace])
             .arg("--tls-cert")
             .arg(identity.path("tls.crt"))
             .arg("--tls-key")
