@@ -195,7 +195,8 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
                 degraded(status, cluster, "ConfigUnresolved", &message);
             })
             .await?;
-            return Ok(Action::requeue(Duration::from_secs(30)));
+            // Often only a cache catching up with a config created a moment ago.
+            return Ok(Action::requeue(Duration::from_secs(5)));
         }
     };
     let render = ClusterRender {
