@@ -11,6 +11,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use tokio::sync::broadcast;
 
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage};
 use crate::fleet::{ClusterKey, Fleet};
@@ -66,6 +67,8 @@ trait Indexed:
     fn apply(&self, fleet: &mut Fleet);
     fn remove(&self, fleet: &mut Fleet);
     fn flag(readiness: &Readiness) -> &AtomicBool;
+    /// The clusters a change of this object may change (their effective config).
+    fn reaches(&self, fleet: &Fleet) -> Vec<ClusterKey>;
 }
 
 impl Indexed for ValkeyImage {
@@ -78,6 +81,12 @@ impl Indexed for ValkeyImage {
     fn flag(readiness: &Readiness) -> &AtomicBool {
         &readiness.images
     }
+    fn reaches(&self, fleet: &Fleet) -> Vec<ClusterKey> {
+        fleet
+            .configs_using_image(&self.name_any())
+            .flat_map(|config| fleet.clusters_resolving_through(config))
+            .collect()
+    }
 }
 
 impl Indexed for ValkeyConfig {
@@ -89,6 +98,9 @@ impl Indexed for ValkeyConfig {
     }
     fn flag(readiness: &Readiness) -> &AtomicBool {
         &readiness.configs
+    }
+    fn reaches(&self, fleet: &Fleet) -> Vec<ClusterKey> {
+        fleet.clusters_resolving_through(&self.name_any())
     }
 }
 
@@ -106,18 +118,23 @@ impl Indexed for ValkeyCluster {
     fn flag(readiness: &Readiness) -> &AtomicBool {
         &readiness.clusters
     }
+    /// The controller watches clusters itself.
+    fn reaches(&self, _: &Fleet) -> Vec<ClusterKey> {
+        Vec::new()
+    }
 }
 
 /// Applies one watch event to the index. A re-list (`Init`, `InitApply`…, `InitDone`) upserts
 /// what it lists as it comes, then drops what the store held but the list no longer has: the
 /// index never empties in between, so admission keeps answering during a re-list.
+/// Returns the clusters a change (not a re-list) reaches, once the index reflects it.
 fn index_event<K: Indexed>(
     event: &watcher::Event<K>,
     fleet: &RwLock<Fleet>,
     store: &Store<K>,
     relisted: &mut HashSet<ObjectRef<K>>,
     readiness: &Readiness,
-) {
+) -> Vec<ClusterKey> {
     let mut fleet = fleet
         .write()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -127,8 +144,14 @@ fn index_event<K: Indexed>(
             relisted.insert(ObjectRef::from(object));
             object.apply(&mut fleet);
         }
-        watcher::Event::Apply(object) => object.apply(&mut fleet),
-        watcher::Event::Delete(object) => object.remove(&mut fleet),
+        watcher::Event::Apply(object) => {
+            object.apply(&mut fleet);
+            return object.reaches(&fleet);
+        }
+        watcher::Event::Delete(object) => {
+            object.remove(&mut fleet);
+            return object.reaches(&fleet);
+        }
         watcher::Event::InitDone => {
             for gone in store
                 .state()
@@ -141,12 +164,14 @@ fn index_event<K: Indexed>(
             K::flag(readiness).store(true, Ordering::Release);
         }
     }
+    Vec::new()
 }
 
 fn watch_kind<K: Indexed>(
     client: Client,
     fleet: Arc<RwLock<Fleet>>,
     readiness: Arc<Readiness>,
+    changes: broadcast::Sender<ClusterKey>,
 ) -> (Store<K>, impl Stream<Item = ()> + Send) {
     let (store, writer) = reflector::store();
     let reader = store.clone();
@@ -156,7 +181,10 @@ fn watch_kind<K: Indexed>(
         .map(move |event| {
             // Index before the reflector applies the event, so `InitDone` still sees the old state.
             if let Ok(event) = &event {
-                index_event(event, &fleet, &reader, &mut relisted, &readiness);
+                for cluster in index_event(event, &fleet, &reader, &mut relisted, &readiness) {
+                    // No receiver (not leading) is fine: nothing to reconcile then.
+                    let _ = changes.send(cluster);
+                }
             }
             event
         })
@@ -171,16 +199,27 @@ fn watch_kind<K: Indexed>(
 }
 
 /// Starts the three watches; the returned future drives them and never completes on its own.
+/// Every cluster a config or image change reaches is sent on `changes` once the index reflects
+/// the change, so the controller never reconciles it against the config as it was before.
 pub fn start(
     client: Client,
     fleet: Arc<RwLock<Fleet>>,
     readiness: Arc<Readiness>,
+    changes: broadcast::Sender<ClusterKey>,
 ) -> (Stores, impl std::future::Future<Output = ()> + Send) {
-    let (images, image_events) =
-        watch_kind::<ValkeyImage>(client.clone(), fleet.clone(), readiness.clone());
-    let (configs, config_events) =
-        watch_kind::<ValkeyConfig>(client.clone(), fleet.clone(), readiness.clone());
-    let (clusters, cluster_events) = watch_kind::<ValkeyCluster>(client, fleet, readiness);
+    let (images, image_events) = watch_kind::<ValkeyImage>(
+        client.clone(),
+        fleet.clone(),
+        readiness.clone(),
+        changes.clone(),
+    );
+    let (configs, config_events) = watch_kind::<ValkeyConfig>(
+        client.clone(),
+        fleet.clone(),
+        readiness.clone(),
+        changes.clone(),
+    );
+    let (clusters, cluster_events) = watch_kind::<ValkeyCluster>(client, fleet, readiness, changes);
     let driver = async move {
         let merged = futures::stream::select(
             futures::stream::select(image_events.boxed(), config_events.boxed()),

@@ -185,7 +185,14 @@ async fn serve(
     let metrics = Arc::new(Metrics::new()?);
     let fleet = Arc::new(RwLock::new(Fleet::default()));
     let readiness = Arc::new(Readiness::default());
-    let (_stores, watches) = caches::start(client.clone(), fleet.clone(), readiness.clone());
+    // Clusters reached by config and image changes, from the caches to the controller.
+    let (changes, _) = tokio::sync::broadcast::channel(4096);
+    let (_stores, watches) = caches::start(
+        client.clone(),
+        fleet.clone(),
+        readiness.clone(),
+        changes.clone(),
+    );
     let watches = tokio::spawn(watches);
 
     // Every replica serves webhooks; only the Lease holder reconciles.
@@ -208,6 +215,7 @@ async fn serve(
             join: join_timeout,
             ..Timeouts::default()
         },
+        changes,
         leading,
     ));
 

@@ -20,35 +20,36 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 
-use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, labels};
-use crate::fleet::Fleet;
+use crate::api::{ValkeyCluster, ValkeyNode, labels};
+use crate::fleet::{ClusterKey, Fleet};
 use crate::metrics::Metrics;
 use crate::runtime::driver::Timeouts;
 use crate::settings::OperatorSettings;
 use reconcile::{Context, Error};
 
-/// The clusters that resolve through `config`.
-fn clusters_of_config(fleet: &RwLock<Fleet>, config: &str) -> Vec<ObjectRef<ValkeyCluster>> {
-    let fleet = fleet.read().unwrap_or_else(|p| p.into_inner());
-    fleet
-        .clusters_resolving_through(config)
-        .into_iter()
-        .map(|key| ObjectRef::new(&key.name).within(&key.namespace))
-        .collect()
-}
-
-/// The clusters whose configs name `image` (directly or through a base).
-fn clusters_of_image(fleet: &RwLock<Fleet>, image: &str) -> Vec<ObjectRef<ValkeyCluster>> {
-    let configs: Vec<String> = {
-        let fleet = fleet.read().unwrap_or_else(|p| p.into_inner());
-        fleet.configs_using_image(image).cloned().collect()
-    };
-    configs
-        .iter()
-        .flat_map(|c| clusters_of_config(fleet, c))
-        .collect()
+/// The clusters sent on the channel, as the controller's object references.
+fn cluster_refs(
+    changes: broadcast::Receiver<ClusterKey>,
+) -> impl futures::Stream<Item = ObjectRef<ValkeyCluster>> + Send + 'static {
+    futures::stream::unfold(changes, |mut changes| async move {
+        loop {
+            match changes.recv().await {
+                Ok(key) => {
+                    return Some((ObjectRef::new(&key.name).within(&key.namespace), changes));
+                }
+                // Missed some: each missed cluster is still reconciled by its periodic requeue.
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::warn!(
+                        missed,
+                        "fleet changes arrived faster than the controller took them"
+                    );
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
 }
 
 fn error_policy(cluster: Arc<ValkeyCluster>, error: &Error, _: Arc<Context>) -> Action {
@@ -63,6 +64,7 @@ pub async fn run(
     settings: OperatorSettings,
     metrics: Arc<Metrics>,
     timeouts: Timeouts,
+    changes: broadcast::Sender<ClusterKey>,
     mut leading: watch::Receiver<bool>,
 ) {
     let context = Arc::new(Context {
@@ -87,7 +89,6 @@ pub async fn run(
             labels::MANAGED_BY,
             labels::MANAGED_BY_VALUE
         ));
-        let (config_fleet, image_fleet) = (fleet.clone(), fleet.clone());
         Controller::new(
             Api::<ValkeyCluster>::all(client.clone()),
             watcher::Config::default(),
@@ -97,16 +98,9 @@ pub async fn run(
             watcher::Config::default(),
         )
         .owns(Api::<Pod>::all(client.clone()), managed)
-        .watches(
-            Api::<ValkeyConfig>::all(client.clone()),
-            watcher::Config::default(),
-            move |config| clusters_of_config(&config_fleet, &config.name_any()),
-        )
-        .watches(
-            Api::<ValkeyImage>::all(client.clone()),
-            watcher::Config::default(),
-            move |image| clusters_of_image(&image_fleet, &image.name_any()),
-        )
+        // Config and image changes arrive from the fleet index (caches.rs) once it reflects
+        // them, as the clusters they reach.
+        .reconcile_on(cluster_refs(changes.subscribe()))
         .graceful_shutdown_on(stop)
         .run(reconcile::reconcile, error_policy, context.clone())
         .for_each(|_| async {})
