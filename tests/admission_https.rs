@@ -16,6 +16,12 @@ fn image_spec(version: &str) -> Value {
     json!({"repository": "valkey/valkey", "tag": version, "version": version})
 }
 
+/// The API server's review of creating a ValkeyImage.
+fn create_image(name: &str, version: &str) -> Value {
+    let image = object("ValkeyImage", name, None, image_spec(version));
+    admission_review("ValkeyImage", "CREATE", name, None, Some(image), None)
+}
+
 /// `standard` on 9.0.0, inherited by `large`; clusters on both.
 fn fleet() -> Fleet {
     let mut fleet = Fleet::default();
@@ -59,19 +65,7 @@ async fn the_floor_is_enforced_over_https() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(&dir).await;
 
-    let old = admission_review(
-        "ValkeyImage",
-        "CREATE",
-        "valkey-8-1-4",
-        None,
-        Some(object(
-            "ValkeyImage",
-            "valkey-8-1-4",
-            None,
-            image_spec("8.1.4"),
-        )),
-        None,
-    );
+    let old = create_image("valkey-8-1-4", "8.1.4");
     let response = server.review("/validate/valkeyimages", &old).await;
     assert_eq!(response["uid"], "uid-valkey-8-1-4-CREATE");
     assert_eq!(response["allowed"], false);
@@ -81,19 +75,7 @@ async fn the_floor_is_enforced_over_https() {
         "{message}"
     );
 
-    let good = admission_review(
-        "ValkeyImage",
-        "CREATE",
-        "valkey-9-1-2",
-        None,
-        Some(object(
-            "ValkeyImage",
-            "valkey-9-1-2",
-            None,
-            image_spec("9.1.2"),
-        )),
-        None,
-    );
+    let good = create_image("valkey-9-1-2", "9.1.2");
     let response = server.review("/validate/valkeyimages", &good).await;
     assert_eq!(response["allowed"], true);
     assert!(response.get("warnings").is_none());
@@ -190,14 +172,7 @@ async fn malformed_requests_get_clean_answers() {
     assert!(body.contains("at most 4 MiB"), "{body}");
 
     // Wrong kind for the endpoint: a denial that says which endpoint this is.
-    let wrong_kind = admission_review(
-        "ValkeyImage",
-        "CREATE",
-        "x",
-        None,
-        Some(object("ValkeyImage", "x", None, image_spec("9.0.0"))),
-        None,
-    );
+    let wrong_kind = create_image("x", "9.0.0");
     let response = server.review(path, &wrong_kind).await;
     assert_eq!(response["allowed"], false);
     assert!(response["status"]["message"].as_str().unwrap().contains("this endpoint validates valkey.gomomento.com ValkeyConfig, but the request is for valkey.gomomento.com/v1alpha1 ValkeyImage"));
@@ -285,19 +260,7 @@ async fn before_the_caches_sync_it_is_not_ready_and_admits_nothing() {
         response.text().await.unwrap(),
         "waiting for caches to sync: valkeyimages, valkeyconfigs, valkeyclusters\n"
     );
-    let image = admission_review(
-        "ValkeyImage",
-        "CREATE",
-        "valkey-9-1-2",
-        None,
-        Some(object(
-            "ValkeyImage",
-            "valkey-9-1-2",
-            None,
-            image_spec("9.1.2"),
-        )),
-        None,
-    );
+    let image = create_image("valkey-9-1-2", "9.1.2");
     let response = server.review("/validate/valkeyimages", &image).await;
     assert_eq!(response["allowed"], false);
     assert!(

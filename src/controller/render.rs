@@ -29,6 +29,8 @@ use crate::setting_impact::needs_restart;
 pub const VALKEY_PORT: i32 = 6379;
 /// The cluster bus port (client port + 10000).
 pub const BUS_PORT: i32 = 16379;
+/// The named ports of a node, on its container and on the Service.
+const PORTS: [(&str, i32); 2] = [("client", VALKEY_PORT), ("bus", BUS_PORT)];
 /// The Valkey container's name.
 pub const CONTAINER: &str = "valkey";
 /// Where the node keeps `nodes.conf` and its data.
@@ -248,18 +250,16 @@ impl ClusterRender<'_> {
                 }),
                 value: None,
             }]),
-            ports: Some(vec![
-                ContainerPort {
-                    name: Some("client".into()),
-                    container_port: VALKEY_PORT,
-                    ..Default::default()
-                },
-                ContainerPort {
-                    name: Some("bus".into()),
-                    container_port: BUS_PORT,
-                    ..Default::default()
-                },
-            ]),
+            ports: Some(
+                PORTS
+                    .iter()
+                    .map(|(name, port)| ContainerPort {
+                        name: Some((*name).into()),
+                        container_port: *port,
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
             resources: Some(ResourceRequirements {
                 requests: (!requests.is_empty()).then_some(requests),
                 limits: (!limits.is_empty()).then_some(limits),
@@ -351,18 +351,16 @@ impl ClusterRender<'_> {
                 cluster_ip: Some("None".into()),
                 selector: Some(self.labels(None)),
                 publish_not_ready_addresses: Some(true),
-                ports: Some(vec![
-                    ServicePort {
-                        name: Some("client".into()),
-                        port: VALKEY_PORT,
-                        ..Default::default()
-                    },
-                    ServicePort {
-                        name: Some("bus".into()),
-                        port: BUS_PORT,
-                        ..Default::default()
-                    },
-                ]),
+                ports: Some(
+                    PORTS
+                        .iter()
+                        .map(|(name, port)| ServicePort {
+                            name: Some((*name).into()),
+                            port: *port,
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
                 ..Default::default()
             }),
             status: None,
