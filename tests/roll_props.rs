@@ -441,3 +441,60 @@ fn one_shard_roll_follows_the_guide_order() {
         ]
     );
 }
+
+#[test]
+fn a_stalled_join_is_abandoned_once_the_spec_moves_past_it() {
+    let start = Start {
+        shards: vec![vec![(false, true), (false, true)]],
+        primary_dead: false,
+    };
+    let broken = DesiredShape {
+        shards: 1,
+        replicas_per_shard: 1,
+        revision: "9.2.0-never-starts".into(),
+    };
+    let mut sim = Sim {
+        nodes: build(&start),
+        memory: RollMemory::default(),
+        next_id: 0,
+        never_ready: HashSet::new(),
+        join_age: BTreeMap::new(),
+        // The first new node never becomes ready.
+        dice: vec![true],
+        failures_allowed: true,
+        failed: false,
+    };
+    let mut stalled = false;
+    for _ in 0..20 {
+        let step = plan(&broken, &sim.nodes, &sim.memory);
+        if matches!(step, Step::Stalled { .. }) {
+            stalled = true;
+            break;
+        }
+        sim.apply(&step, &broken);
+        sim.tick();
+    }
+    assert!(stalled, "the broken join never stalled the roll");
+    let stuck: Vec<String> = sim.never_ready.iter().cloned().collect();
+
+    // The fix: a revision that starts. The stuck node goes first, then the roll proceeds.
+    let fixed = DesiredShape {
+        revision: NEW.into(),
+        ..broken
+    };
+    match plan(&fixed, &sim.nodes, &sim.memory) {
+        Step::RetireNode { node, .. } => assert_eq!([node], stuck.as_slice()),
+        other => panic!("expected the stuck node to be retired, got {other}"),
+    }
+    sim.failures_allowed = false;
+    for _ in 0..MAX_STEPS {
+        let step = plan(&fixed, &sim.nodes, &sim.memory);
+        if step == Step::Converged {
+            check_converged(&sim.nodes, &fixed);
+            return;
+        }
+        sim.apply(&step, &fixed);
+        sim.tick();
+    }
+    panic!("the fixed roll did not converge");
+}

@@ -122,6 +122,18 @@ fn joining_nodes(view: &View) -> Option<Step> {
         .iter()
         .filter_map(|n| join_blocker(view, n).map(|why| (*n, why)))
         .collect();
+    // A join the spec has since moved past (e.g. onto an image that never started, then fixed)
+    // is abandoned: the node holds no slots and counts towards nothing, so retiring it is safe.
+    if let Some((stale, why)) = blockers
+        .iter()
+        .find(|(n, _)| !n.is_up_to_date(view.desired) && n.slots.is_empty())
+    {
+        return Some(Step::RetireNode {
+            shard: stale.shard,
+            node: stale.name.clone(),
+            reason: format!("its join is outdated and never completed ({why})"),
+        });
+    }
     if let Some(ready) = joining
         .iter()
         .find(|n| !blockers.iter().any(|(b, _)| b.name == n.name))
