@@ -6,18 +6,15 @@
 //! never below target, state Active throughout, no acknowledged write lost; a cluster on an
 //! unrelated config does not move.
 
+mod e2e_support;
 mod roll_support;
 mod support;
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use roll_support::{Sampler, Writer, fewest_replicas, lost_writes, primary_changes, versions};
+use e2e_support::{ClusterWatch, IMAGES, Product, condition, converged};
+use roll_support::versions;
 use serde_json::Value;
-use support::chart::{
-    ChartIdentity, Operator, control_plane_with_crds, get_json, install, must, repoint_webhooks,
-};
-use testenv::{ControlPlane, TestKubelet};
 
 const FLEET: &str = r#"
 apiVersion: v1
@@ -27,11 +24,6 @@ metadata: {name: team-a}
 apiVersion: v1
 kind: Namespace
 metadata: {name: team-b}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyImage
-metadata: {name: valkey-9-0-0}
-spec: {repository: valkey/valkey, tag: "9.0.0", version: "9.0.0"}
 ---
 apiVersion: valkey.gomomento.com/v1alpha1
 kind: ValkeyConfig
@@ -64,75 +56,13 @@ metadata: {name: search, namespace: team-b}
 spec: {configRef: other, shards: 1, replicasPerShard: 1}
 "#;
 
-const NEW_IMAGE: &str = r#"
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyImage
-metadata: {name: valkey-9-1-2}
-spec: {repository: valkey/valkey, tag: "9.1.2", version: "9.1.2"}
-"#;
-
-fn cluster(plane: &ControlPlane, namespace: &str, name: &str) -> Value {
-    get_json(
-        plane,
-        &["get", "valkeycluster", name, "-n", namespace, "-o", "json"],
-    )
-}
-
-fn condition(cluster: &Value, type_: &str) -> Option<String> {
-    cluster["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .and_then(|c| c["status"].as_str().map(String::from))
-}
-
-/// Node name → Pod IP:6379 of a cluster's nodes.
-fn addresses(plane: &ControlPlane, namespace: &str, name: &str) -> BTreeMap<String, String> {
-    let pods = get_json(
-        plane,
-        &[
-            "get",
-            "pods",
-            "-n",
-            namespace,
-            "-l",
-            &format!("valkey.gomomento.com/cluster={name}"),
-            "-o",
-            "json",
-        ],
-    );
-    pods["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| {
-            Some((
-                p["metadata"]["name"].as_str()?.to_string(),
-                format!("{}:6379", p["status"]["podIP"].as_str()?),
-            ))
-        })
-        .collect()
-}
-
-fn converged(cluster: &Value, version: &str) -> bool {
-    cluster["status"]["state"] == "Active"
-        && cluster["status"]["version"] == version
-        && cluster["status"]["outdatedNodes"] == 0
-        && condition(cluster, "Progressing").as_deref() == Some("False")
-}
-
 #[tokio::test]
 async fn the_guides_fleet_upgrade() {
-    let (plane, helm) = control_plane_with_crds().await;
-    install(&helm, &[]);
-    let identity = ChartIdentity::from_release(&plane);
-    let mut operator = Operator::start(&identity, "operator.log");
-    operator.wait_ready(Duration::from_secs(60)).await;
-    repoint_webhooks(&plane, &operator.url);
-    let _kubelet = TestKubelet::start(plane.client().await.unwrap(), Default::default())
-        .await
-        .unwrap();
-    must(&plane, &["apply", "-f", "-"], Some(FLEET));
+    let product = Product::start(None, &[]).await;
+    // The 9.0.0 image; 9.1.2 is registered below, as the guide does.
+    let old_image = &IMAGES[..IMAGES.find("---").unwrap()];
+    product.apply(old_image);
+    product.apply(FLEET);
 
     // The clusters come up; their nodes show Joining, then Active.
     let clusters = [
@@ -141,55 +71,41 @@ async fn the_guides_fleet_upgrade() {
         ("team-b", "search"),
     ];
     let mut saw_joining = false;
-    let deadline = Instant::now() + Duration::from_secs(240);
-    while !clusters
-        .iter()
-        .all(|(ns, name)| converged(&cluster(&plane, ns, name), "9.0.0"))
-    {
-        let nodes = must(&plane, &["get", "valkeynodes", "-n", "team-a"], None);
-        saw_joining |= nodes.contains("Joining");
-        assert!(
-            Instant::now() < deadline,
-            "the fleet did not come up:\n{nodes}\n{}",
-            operator.log()
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    product
+        .wait_until("the fleet comes up", Duration::from_secs(240), |product| {
+            let nodes = product.kubectl(&["get", "valkeynodes", "-n", "team-a"]);
+            saw_joining |= nodes.contains("Joining");
+            if clusters
+                .iter()
+                .all(|(ns, name)| converged(&product.cluster(ns, name), "9.0.0"))
+            {
+                Ok(())
+            } else {
+                Err(nodes)
+            }
+        })
+        .await;
     assert!(
         saw_joining,
         "kubectl get valkeynodes never showed a Joining node"
     );
-    let nodes = must(&plane, &["get", "valkeynodes", "-n", "team-a"], None);
+    let nodes = product.kubectl(&["get", "valkeynodes", "-n", "team-a"]);
     assert_eq!(nodes.matches("Active").count(), 4, "{nodes}");
 
     // Writers and outside samplers on the two clusters that will roll.
     let rolling = [("team-a", "orders", 2u16), ("team-b", "sessions", 1)];
-    let mut watchers = Vec::new();
+    let mut watches = Vec::new();
     for (ns, name, _) in rolling {
-        let nodes = addresses(&plane, ns, name);
-        let seeds: Vec<String> = nodes.values().cloned().collect();
-        let names: Vec<String> = nodes.into_keys().collect();
-        watchers.push((Writer::start(seeds.clone()), Sampler::start(seeds), names));
+        watches.push(ClusterWatch::start(&product, ns, name).await);
     }
-    for (writer, _, _) in &watchers {
-        writer.assert_progressing().await;
-    }
-    let search_nodes_before = addresses(&plane, "team-b", "search");
+    let search_nodes_before = product.addresses("team-b", "search");
 
     // The guide: register the new image, repoint the shared config.
-    must(&plane, &["apply", "-f", "-"], Some(NEW_IMAGE));
-    let patched = must(
-        &plane,
-        &[
-            "patch",
-            "valkeyconfig",
-            "standard",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
-        ],
+    product.apply(IMAGES);
+    let patched = product.patch(
+        "valkeyconfig/standard",
         None,
+        r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
     );
     assert!(
         patched.contains("rolls 2 ValkeyClusters at once"),
@@ -197,81 +113,50 @@ async fn the_guides_fleet_upgrade() {
     );
 
     let mut overlapped = false;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let states: Vec<Value> = rolling
-            .iter()
-            .map(|(ns, name, _)| cluster(&plane, ns, name))
-            .collect();
-        for state in &states {
-            assert_eq!(
-                state["status"]["state"], "Active",
-                "state left Active during the roll: {state}"
-            );
-        }
-        overlapped |= states
-            .iter()
-            .all(|s| condition(s, "Progressing").as_deref() == Some("True"));
-        if states.iter().all(|s| converged(s, "9.1.2")) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the roll did not finish: {states:?}\n{}",
-            operator.log()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    product
+        .wait_until("the fleet rolls", Duration::from_secs(300), |product| {
+            let states: Vec<Value> = rolling
+                .iter()
+                .map(|(ns, name, _)| product.cluster(ns, name))
+                .collect();
+            for state in &states {
+                assert_eq!(
+                    state["status"]["state"], "Active",
+                    "state left Active during the roll: {state}"
+                );
+            }
+            overlapped |= states
+                .iter()
+                .all(|s| condition(s, "Progressing").as_deref() == Some("True"));
+            if states.iter().all(|s| converged(s, "9.1.2")) {
+                Ok(())
+            } else {
+                Err(format!("{states:#?}"))
+            }
+        })
+        .await;
     assert!(overlapped, "the two clusters did not roll at the same time");
 
-    for ((ns, name, shards), (writer, sampler, names_before)) in rolling.iter().zip(watchers) {
-        writer.assert_progressing().await;
-        let log = writer.stop().await;
-        let samples = sampler.stop().await;
-        let now = addresses(&plane, ns, name);
-        let now_addresses: Vec<String> = now.values().cloned().collect();
-        for shard in 0..*shards {
-            let slot = shard * (16384 / shards);
-            assert_eq!(
-                primary_changes(&samples, slot),
-                1,
-                "{ns}/{name} shard {shard}: primary changes"
-            );
-            assert!(
-                fewest_replicas(&samples, slot) >= 1,
-                "{ns}/{name} shard {shard} dipped below its replica"
-            );
-        }
-        let lost = lost_writes(&now_addresses, log.acked).await;
+    for ((ns, name, shards), watch) in rolling.iter().zip(watches) {
+        let pods_before = watch.pods_before.clone();
+        let report = watch.finish(&product).await;
+        report.assert_shards(*shards, 1, 1);
+        let now: Vec<String> = report.pods_after.values().cloned().collect();
+        assert!(versions(&now).await.iter().all(|v| v == "9.1.2"));
         assert!(
-            lost.is_empty(),
-            "{ns}/{name} lost {} of {} acknowledged writes",
-            lost.len(),
-            log.acked
-        );
-        assert!(versions(&now_addresses).await.iter().all(|v| v == "9.1.2"));
-        assert!(
-            names_before.iter().all(|n| !now.contains_key(n)),
+            pods_before
+                .keys()
+                .all(|n| !report.pods_after.contains_key(n)),
             "{ns}/{name}: not every node was replaced"
         );
     }
 
     // The operator's own count: one failover per shard of each rolled cluster, none elsewhere.
-    let metrics = operator.metrics().await;
-    for (ns, name, shards) in [("team-a", "orders", 2), ("team-b", "sessions", 1)] {
-        let line = format!(
-            "valkey_operator_failovers_total{{cluster=\"{name}\",namespace=\"{ns}\"}} {shards}\n"
-        );
-        assert!(
-            metrics.contains(&line),
-            "expected {line}in\n{metrics}\n{}",
-            operator.log()
-        );
+    for (ns, name, shards) in rolling {
+        assert_eq!(product.failovers(ns, name).await, u64::from(shards));
     }
-    assert!(
-        !metrics.contains(r#"failovers_total{cluster="search""#),
-        "{metrics}"
-    );
+    assert_eq!(product.failovers("team-b", "search").await, 0);
+    let metrics = product.operator.metrics().await;
     assert!(
         metrics.contains(
             r#"valkey_operator_cluster_outdated_nodes{cluster="orders",namespace="team-a"} 0"#
@@ -280,6 +165,6 @@ async fn the_guides_fleet_upgrade() {
     );
 
     // The cluster on the unrelated config did not move.
-    assert_eq!(addresses(&plane, "team-b", "search"), search_nodes_before);
-    assert!(converged(&cluster(&plane, "team-b", "search"), "9.0.0"));
+    assert_eq!(product.addresses("team-b", "search"), search_nodes_before);
+    assert!(converged(&product.cluster("team-b", "search"), "9.0.0"));
 }

@@ -265,42 +265,78 @@ pub struct Operator {
     pub url: String,
     log: PathBuf,
     client: reqwest::Client,
+    /// Everything after the program name, so [`Operator::restart`] starts the same process.
+    args: Vec<std::ffi::OsString>,
+    kubeconfig: PathBuf,
 }
 
 impl Operator {
     /// Runs in the chart's namespace (its ConfigMap and Lease live there).
     pub fn start(identity: &ChartIdentity, log_name: &str) -> Self {
-        Self::start_in(identity, log_name, NAMESPACE)
+        Self::start_with(identity, log_name, NAMESPACE, &[])
     }
 
     pub fn start_in(identity: &ChartIdentity, log_name: &str, namespace: &str) -> Self {
+        Self::start_with(identity, log_name, namespace, &[])
+    }
+
+    /// With extra `serve` flags, e.g. `--join-timeout-seconds`.
+    pub fn start_with(
+        identity: &ChartIdentity,
+        log_name: &str,
+        namespace: &str,
+        extra: &[&str],
+    ) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
             .unwrap()
             .port();
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "serve".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}").into(),
+            "--namespace".into(),
+            namespace.into(),
+            "--tls-cert".into(),
+            identity.path("tls.crt").into(),
+            "--tls-key".into(),
+            identity.path("tls.key").into(),
+        ];
+        args.extend(extra.iter().map(Into::into));
         let log = identity.path(log_name);
-        let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--namespace", namespace])
-            .arg("--tls-cert")
-            .arg(identity.path("tls.crt"))
-            .arg("--tls-key")
-            .arg(identity.path("tls.key"))
-            .env("KUBECONFIG", identity.path("kubeconfig"))
-            .env("RUST_LOG", "info")
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .expect("start the operator");
+        let kubeconfig = identity.path("kubeconfig");
+        let child = spawn_operator(&args, &kubeconfig, &log);
         Self {
             child,
             url: format!("https://127.0.0.1:{port}"),
             log,
             // Verifies the chart's certificate against the chart's CA, by its 127.0.0.1 SAN.
             client: super::client_trusting(&identity.path("ca.crt")),
+            args,
+            kubeconfig,
         }
+    }
+
+    /// Kills the process without warning (SIGKILL: no lease released, no step finished), then
+    /// starts it again with the same flags on the same port, appending to the same log.
+    pub fn kill_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn_operator(&self.args, &self.kubeconfig, &self.log);
+    }
+
+    /// The process's resident memory in KiB (`VmRSS` from /proc), while it runs.
+    pub fn resident_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// The exit status once the process has ended.
@@ -357,6 +393,22 @@ impl Operator {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+}
+
+fn spawn_operator(args: &[std::ffi::OsString], kubeconfig: &Path, log: &Path) -> Child {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "info")
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .expect("start the operator")
 }
 
 impl Drop for Operator {

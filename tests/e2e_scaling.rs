@@ -1,0 +1,105 @@
+//! Scaling end to end, as the README describes it: `kubectl patch` of `shards` and
+//! `replicasPerShard` on a live cluster with a writer on it. Shards are added and removed with
+//! atomic slot migration, replicas joined and retired, no primary fails over, and no
+//! acknowledged write is lost.
+
+mod e2e_support;
+mod roll_support;
+mod support;
+
+use std::time::Duration;
+
+use e2e_support::{ClusterWatch, IMAGES, Product};
+use roll_support::settled_layout;
+
+const CLUSTER: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: growth}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata: {name: elastic}
+spec: {imageRef: valkey-9-0-0, valkey: {save: ""}}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {name: feed, namespace: growth}
+spec: {configRef: elastic, shards: 2, replicasPerShard: 1}
+"#;
+
+/// Patches the cluster's spec, waits until it has converged on it, and checks the layout Valkey
+/// itself reports: (replicas, slots) per shard.
+async fn scale_to(product: &Product, patch: &str, expected: &[(usize, u32)]) {
+    product.patch("valkeycluster/feed", Some("growth"), patch);
+    product
+        .wait_converged(&[("growth", "feed")], "9.0.0", Duration::from_secs(240))
+        .await;
+    let addresses: Vec<String> = product.addresses("growth", "feed").into_values().collect();
+    let nodes = expected
+        .iter()
+        .map(|(replicas, _)| 1 + replicas)
+        .sum::<usize>();
+    assert_eq!(addresses.len(), nodes, "after {patch}: {addresses:?}");
+    assert_eq!(
+        settled_layout(&addresses, expected).await,
+        expected,
+        "after {patch}"
+    );
+    let status = product.cluster("growth", "feed")["status"].clone();
+    assert_eq!(
+        status["shards"].as_array().map(Vec::len),
+        Some(expected.len()),
+        "{status}"
+    );
+}
+
+#[tokio::test]
+async fn scaling_shards_and_replicas_with_kubectl_patch_loses_no_write() {
+    let product = Product::start(None, &[]).await;
+    product.apply(IMAGES);
+    product.apply(CLUSTER);
+    product
+        .wait_converged(&[("growth", "feed")], "9.0.0", Duration::from_secs(180))
+        .await;
+    let watch = ClusterWatch::start(&product, "growth", "feed").await;
+
+    scale_to(
+        &product,
+        r#"{"spec": {"shards": 3}}"#,
+        &[(1, 5461), (1, 5461), (1, 5462)],
+    )
+    .await;
+    watch.assert_writing().await;
+    let metrics = product.operator.metrics().await;
+    assert!(
+        metrics.contains(
+            r#"valkey_operator_slot_migrations_total{cluster="feed",namespace="growth",result="completed"}"#
+        ),
+        "{metrics}"
+    );
+    scale_to(
+        &product,
+        r#"{"spec": {"replicasPerShard": 2}}"#,
+        &[(2, 5461), (2, 5461), (2, 5462)],
+    )
+    .await;
+    watch.assert_writing().await;
+    scale_to(
+        &product,
+        r#"{"spec": {"shards": 2}}"#,
+        &[(2, 8192), (2, 8192)],
+    )
+    .await;
+    watch.assert_writing().await;
+    scale_to(
+        &product,
+        r#"{"spec": {"replicasPerShard": 1}}"#,
+        &[(1, 8192), (1, 8192)],
+    )
+    .await;
+
+    watch.finish(&product).await;
+    // Scaling moves slots and joins or retires replicas; it never fails a primary over.
+    assert_eq!(product.failovers("growth", "feed").await, 0);
+}

@@ -1,0 +1,317 @@
+//! The whole product on the test control plane, as the end-to-end tests and the fleet benchmark
+//! drive it: the chart installed, the operator binary running under the chart's identity with the
+//! webhooks pointed at it, the test kubelet running Pods as real valkey-server processes, and
+//! `kubectl` for everything a user would type. Plus a watch on one cluster during a change (a
+//! cluster-aware writer and an outside sampler) that checks the guide's invariants afterwards.
+//!
+//! A test binary using this module also declares `mod support;` and `mod roll_support;`.
+// Each test crate uses a different part of this module.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use testenv::{ControlPlane, TestKubelet};
+
+use crate::roll_support::{
+    Sample, Sampler, Writer, WriterLog, fewest_replicas, lost_writes, primary_changes,
+};
+use crate::support::chart::{
+    ChartIdentity, Helm, NAMESPACE, Operator, control_plane_with_crds, get_json, install, kubectl,
+    must, repoint_webhooks,
+};
+
+/// The image every test fleet starts on, and the one the guide upgrades to.
+pub const IMAGES: &str = r#"
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyImage
+metadata: {name: valkey-9-0-0}
+spec: {repository: valkey/valkey, tag: "9.0.0", version: "9.0.0"}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyImage
+metadata: {name: valkey-9-1-2}
+spec: {repository: valkey/valkey, tag: "9.1.2", version: "9.1.2"}
+"#;
+
+/// The operator, its control plane and a kubelet, all stopped when dropped.
+pub struct Product {
+    // Dropped first: the kubelet stops its valkey-server processes before the API server goes.
+    pub kubelet: TestKubelet,
+    pub operator: Operator,
+    pub identity: ChartIdentity,
+    pub helm: Helm,
+    pub plane: ControlPlane,
+}
+
+impl Product {
+    /// Starts everything; `before_webhooks` is applied while the chart's webhooks cannot answer
+    /// yet (objects that predate the operator), `operator_flags` go to `serve`.
+    pub async fn start(before_webhooks: Option<&str>, operator_flags: &[&str]) -> Self {
+        let (plane, helm) = control_plane_with_crds().await;
+        if let Some(objects) = before_webhooks {
+            must(&plane, &["apply", "-f", "-"], Some(objects));
+        }
+        install(&helm, &[]);
+        let identity = ChartIdentity::from_release(&plane);
+        let mut operator =
+            Operator::start_with(&identity, "operator.log", NAMESPACE, operator_flags);
+        operator.wait_ready(Duration::from_secs(60)).await;
+        repoint_webhooks(&plane, &operator.url);
+        let kubelet = TestKubelet::start(plane.client().await.unwrap(), Default::default())
+            .await
+            .unwrap();
+        Self {
+            kubelet,
+            operator,
+            identity,
+            helm,
+            plane,
+        }
+    }
+
+    /// `kubectl ARGS`, which must succeed; stdout and stderr (warnings included).
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        must(&self.plane, args, None)
+    }
+
+    /// `kubectl ARGS` that may fail: success and output.
+    pub fn try_kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+        kubectl(&self.plane, args, stdin)
+    }
+
+    /// `kubectl apply -f -` of `yaml`, which must succeed; the output.
+    pub fn apply(&self, yaml: &str) -> String {
+        must(&self.plane, &["apply", "-f", "-"], Some(yaml))
+    }
+
+    /// `kubectl patch KIND NAME [-n NS] --type merge -p PATCH`, which must succeed.
+    pub fn patch(&self, kind_name: &str, namespace: Option<&str>, patch: &str) -> String {
+        let mut args = vec!["patch", kind_name, "--type", "merge", "-p", patch];
+        if let Some(namespace) = namespace {
+            args.extend(["-n", namespace]);
+        }
+        self.kubectl(&args)
+    }
+
+    pub fn cluster(&self, namespace: &str, name: &str) -> Value {
+        get_json(
+            &self.plane,
+            &["get", "valkeycluster", name, "-n", namespace, "-o", "json"],
+        )
+    }
+
+    /// Pod name → `IP:6379` of a cluster's running Pods.
+    pub fn addresses(&self, namespace: &str, name: &str) -> BTreeMap<String, String> {
+        let pods = get_json(
+            &self.plane,
+            &[
+                "get",
+                "pods",
+                "-n",
+                namespace,
+                "-l",
+                &format!("valkey.gomomento.com/cluster={name}"),
+                "-o",
+                "json",
+            ],
+        );
+        pods["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                Some((
+                    p["metadata"]["name"].as_str()?.to_string(),
+                    format!("{}:6379", p["status"]["podIP"].as_str()?),
+                ))
+            })
+            .collect()
+    }
+
+    /// Polls `done` every 250 ms; fails with `what`, the last state and the operator's log.
+    pub async fn wait_until(
+        &self,
+        what: &str,
+        within: Duration,
+        mut done: impl FnMut(&Self) -> Result<(), String>,
+    ) {
+        let deadline = Instant::now() + within;
+        loop {
+            let last = match done(self) {
+                Ok(()) => return,
+                Err(state) => state,
+            };
+            assert!(
+                Instant::now() < deadline,
+                "{what}: not within {within:?}. Last seen:\n{last}\nOperator log:\n{}",
+                tail(&self.operator.log(), 60)
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Waits until each cluster is Active on `version` with nothing outdated and no roll going.
+    pub async fn wait_converged(&self, clusters: &[(&str, &str)], version: &str, within: Duration) {
+        self.wait_until(
+            &format!("{clusters:?} converged on {version}"),
+            within,
+            |product| {
+                let states: Vec<Value> = clusters
+                    .iter()
+                    .map(|(ns, name)| product.cluster(ns, name))
+                    .collect();
+                if states.iter().all(|s| converged(s, version)) {
+                    Ok(())
+                } else {
+                    Err(format!("{:#}", Value::Array(statuses(&states))))
+                }
+            },
+        )
+        .await;
+    }
+
+    /// `valkey_operator_failovers_total` of one cluster (0 before its first failover).
+    pub async fn failovers(&self, namespace: &str, name: &str) -> u64 {
+        let prefix = format!(
+            "valkey_operator_failovers_total{{cluster=\"{name}\",namespace=\"{namespace}\"}} "
+        );
+        self.operator
+            .metrics()
+            .await
+            .lines()
+            .find_map(|line| line.strip_prefix(&prefix)?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+fn statuses(states: &[Value]) -> Vec<Value> {
+    states
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "name": s["metadata"]["name"],
+                "status": s["status"],
+            })
+        })
+        .collect()
+}
+
+/// The last `lines` lines of `text`.
+pub fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A condition's status (`"True"`, `"False"`) on a ValkeyCluster.
+pub fn condition(cluster: &Value, type_: &str) -> Option<String> {
+    condition_field(cluster, type_, "status")
+}
+
+/// Any field of a condition (`reason`, `message`).
+pub fn condition_field(cluster: &Value, type_: &str, field: &str) -> Option<String> {
+    cluster["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .and_then(|c| c[field].as_str().map(String::from))
+}
+
+/// Active on `version`, nothing outdated, no roll in progress, up to date with its spec.
+pub fn converged(cluster: &Value, version: &str) -> bool {
+    cluster["status"]["state"] == "Active"
+        && cluster["status"]["version"] == version
+        && cluster["status"]["outdatedNodes"] == 0
+        && cluster["status"]["observedGeneration"] == cluster["metadata"]["generation"]
+        && condition(cluster, "Progressing").as_deref() == Some("False")
+}
+
+/// A writer and a sampler on one cluster through a change, and the Pods it had before.
+pub struct ClusterWatch {
+    pub namespace: String,
+    pub name: String,
+    pub pods_before: BTreeMap<String, String>,
+    writer: Writer,
+    sampler: Sampler,
+}
+
+/// What a watch saw, for the invariants and the figures.
+pub struct WatchReport {
+    pub log: WriterLog,
+    pub samples: Vec<Sample>,
+    pub pods_after: BTreeMap<String, String>,
+}
+
+impl ClusterWatch {
+    /// Starts writing and sampling, and waits until writes are acknowledged.
+    pub async fn start(product: &Product, namespace: &str, name: &str) -> Self {
+        let pods_before = product.addresses(namespace, name);
+        let seeds: Vec<String> = pods_before.values().cloned().collect();
+        let watch = Self {
+            namespace: namespace.into(),
+            name: name.into(),
+            pods_before,
+            writer: Writer::start(seeds.clone()),
+            sampler: Sampler::start(seeds),
+        };
+        watch.writer.assert_progressing().await;
+        watch
+    }
+
+    /// Fails unless writes are still being acknowledged.
+    pub async fn assert_writing(&self) {
+        self.writer.assert_progressing().await;
+    }
+
+    /// Stops, and checks that every acknowledged write is readable from the cluster as it is now.
+    pub async fn finish(self, product: &Product) -> WatchReport {
+        self.writer.assert_progressing().await;
+        let log = self.writer.stop().await;
+        let samples = self.sampler.stop().await;
+        let pods_after = product.addresses(&self.namespace, &self.name);
+        let seeds: Vec<String> = pods_after.values().cloned().collect();
+        let lost = lost_writes(&seeds, log.acked).await;
+        assert!(
+            lost.is_empty(),
+            "{}/{} lost {} of {} acknowledged writes, first {:?}",
+            self.namespace,
+            self.name,
+            lost.len(),
+            log.acked,
+            &lost[..lost.len().min(5)]
+        );
+        WatchReport {
+            log,
+            samples,
+            pods_after,
+        }
+    }
+}
+
+impl WatchReport {
+    /// Checks each of `shards` evenly split shards: `failovers` primary changes seen from
+    /// outside, and never fewer than `replicas` replicas.
+    pub fn assert_shards(&self, shards: u16, failovers: usize, replicas: usize) {
+        for shard in 0..shards {
+            let slot = shard * (16384 / shards);
+            assert_eq!(
+                primary_changes(&self.samples, slot),
+                failovers,
+                "shard {shard} (slot {slot}): primary changes"
+            );
+            assert!(
+                fewest_replicas(&self.samples, slot) >= replicas,
+                "shard {shard} (slot {slot}) dipped below {replicas} replicas"
+            );
+        }
+    }
+
+    /// The longest stretch without an acknowledged write while the watch ran.
+    pub fn longest_write_gap(&self) -> Duration {
+        match (self.log.ack_times.first(), self.log.ack_times.last()) {
+            (Some(first), Some(last)) => self.log.longest_gap(*first, *last),
+            _ => Duration::ZERO,
+        }
+    }
+}
