@@ -1,8 +1,8 @@
-//! The in-memory caches that admission (and later the controller) read: kube reflectors over
-//! ValkeyImage, ValkeyConfig and ValkeyCluster, whose watch events also keep the [`Fleet`] index
-//! current. An admission answer never lists the API server.
+//! The in-memory caches that admission and the controller read: kube reflectors over
+//! ValkeyImage, ValkeyConfig, ValkeyRole and ValkeyCluster, whose watch events also keep the
+//! [`Fleet`] index current. An admission answer never lists the API server.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -13,7 +13,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
-use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage};
+use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyRole};
 use crate::fleet::{ClusterKey, Fleet};
 
 /// Which caches have completed their first list.
@@ -21,6 +21,7 @@ use crate::fleet::{ClusterKey, Fleet};
 pub struct Readiness {
     images: AtomicBool,
     configs: AtomicBool,
+    roles: AtomicBool,
     clusters: AtomicBool,
 }
 
@@ -30,6 +31,7 @@ impl Readiness {
         Self {
             images: AtomicBool::new(true),
             configs: AtomicBool::new(true),
+            roles: AtomicBool::new(true),
             clusters: AtomicBool::new(true),
         }
     }
@@ -43,6 +45,7 @@ impl Readiness {
         [
             (&self.images, "valkeyimages"),
             (&self.configs, "valkeyconfigs"),
+            (&self.roles, "valkeyroles"),
             (&self.clusters, "valkeyclusters"),
         ]
         .into_iter()
@@ -57,6 +60,7 @@ impl Readiness {
 pub struct Stores {
     pub images: Store<ValkeyImage>,
     pub configs: Store<ValkeyConfig>,
+    pub roles: Store<ValkeyRole>,
     pub clusters: Store<ValkeyCluster>,
 }
 
@@ -104,13 +108,41 @@ impl Indexed for ValkeyConfig {
     }
 }
 
+impl Indexed for ValkeyRole {
+    fn apply(&self, fleet: &mut Fleet) {
+        fleet.upsert_role(&self.name_any(), self.spec.clone());
+    }
+    fn remove(&self, fleet: &mut Fleet) {
+        fleet.remove_role(&self.name_any());
+    }
+    fn flag(readiness: &Readiness) -> &AtomicBool {
+        &readiness.roles
+    }
+    /// Clusters whose ACL users hold the role: their users are set again, live.
+    fn reaches(&self, fleet: &Fleet) -> Vec<ClusterKey> {
+        fleet
+            .clusters_using_role(&self.name_any())
+            .cloned()
+            .collect()
+    }
+}
+
 fn cluster_key(cluster: &ValkeyCluster) -> ClusterKey {
     ClusterKey::new(cluster.namespace().unwrap_or_default(), cluster.name_any())
 }
 
 impl Indexed for ValkeyCluster {
     fn apply(&self, fleet: &mut Fleet) {
-        fleet.upsert_cluster(cluster_key(self), &self.spec.config_ref);
+        let key = cluster_key(self);
+        fleet.upsert_cluster(key.clone(), &self.spec.config_ref);
+        let roles: BTreeSet<String> = self
+            .spec
+            .acl
+            .iter()
+            .flat_map(|user| &user.permissions)
+            .map(|permission| permission.role_ref.clone())
+            .collect();
+        fleet.set_cluster_roles(&key, roles);
     }
     fn remove(&self, fleet: &mut Fleet) {
         fleet.remove_cluster(&cluster_key(self));
@@ -198,8 +230,8 @@ fn watch_kind<K: Indexed>(
     (store, stream)
 }
 
-/// Starts the three watches; the returned future drives them and never completes on its own.
-/// Every cluster a config or image change reaches is sent on `changes` once the index reflects
+/// Starts the four watches; the returned future drives them and never completes on its own.
+/// Every cluster a config, image or role change reaches is sent on `changes` once the index reflects
 /// the change, so the controller never reconciles it against the config as it was before.
 pub fn start(
     client: Client,
@@ -219,18 +251,27 @@ pub fn start(
         readiness.clone(),
         changes.clone(),
     );
+    let (roles, role_events) = watch_kind::<ValkeyRole>(
+        client.clone(),
+        fleet.clone(),
+        readiness.clone(),
+        changes.clone(),
+    );
     let (clusters, cluster_events) = watch_kind::<ValkeyCluster>(client, fleet, readiness, changes);
     let driver = async move {
-        let merged = futures::stream::select(
-            futures::stream::select(image_events.boxed(), config_events.boxed()),
+        let merged = futures::stream::select_all([
+            image_events.boxed(),
+            config_events.boxed(),
+            role_events.boxed(),
             cluster_events.boxed(),
-        );
+        ]);
         merged.for_each(|()| async {}).await;
     };
     (
         Stores {
             images,
             configs,
+            roles,
             clusters,
         },
         driver,

@@ -1,12 +1,12 @@
-//! The fleet index: the specs of every image and config and each cluster's `configRef`, with
-//! reverse edges so that "which clusters resolve through this config" costs the size of the
+//! The fleet index: the specs of every image, config and role, each cluster's `configRef` and
+//! the roles its ACL users name, with reverse edges so that "which clusters resolve through this config" costs the size of the
 //! answer, not a scan of every cluster. Fed by the watch streams (see [`crate::caches`]); read by
 //! admission and resolution through [`Catalog`].
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 
-use crate::api::{ValkeyConfigSpec, ValkeyImageSpec};
+use crate::api::{ValkeyConfigSpec, ValkeyImageSpec, ValkeyRoleSpec};
 use crate::resolve::Catalog;
 
 /// A namespaced cluster's identity.
@@ -31,7 +31,8 @@ impl fmt::Display for ClusterKey {
     }
 }
 
-/// Images, configs and cluster→config edges, with the reverse edges kept in step.
+/// Images, configs, roles and cluster→config and cluster→role edges, with the reverse edges
+/// kept in step.
 #[derive(Debug, Default)]
 pub struct Fleet {
     images: HashMap<String, ValkeyImageSpec>,
@@ -40,6 +41,9 @@ pub struct Fleet {
     clusters_by_config: HashMap<String, BTreeSet<ClusterKey>>,
     configs_by_base: HashMap<String, BTreeSet<String>>,
     configs_by_image: HashMap<String, BTreeSet<String>>,
+    roles: HashMap<String, ValkeyRoleSpec>,
+    cluster_roles: HashMap<ClusterKey, BTreeSet<String>>,
+    clusters_by_role: HashMap<String, BTreeSet<ClusterKey>>,
 }
 
 fn unlink<K: Ord>(map: &mut HashMap<String, BTreeSet<K>>, key: &str, member: &K) {
@@ -103,6 +107,42 @@ impl Fleet {
         if let Some(old) = self.cluster_config.remove(key) {
             unlink(&mut self.clusters_by_config, &old, key);
         }
+        self.set_cluster_roles(key, BTreeSet::new());
+    }
+
+    /// The ValkeyRoles a cluster's ACL users name (replacing what it named before).
+    pub fn set_cluster_roles(&mut self, key: &ClusterKey, roles: BTreeSet<String>) {
+        if let Some(old) = self.cluster_roles.remove(key) {
+            for role in &old {
+                unlink(&mut self.clusters_by_role, role, key);
+            }
+        }
+        for role in &roles {
+            self.clusters_by_role
+                .entry(role.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        if !roles.is_empty() {
+            self.cluster_roles.insert(key.clone(), roles);
+        }
+    }
+
+    pub fn upsert_role(&mut self, name: &str, spec: ValkeyRoleSpec) {
+        self.roles.insert(name.to_string(), spec);
+    }
+
+    pub fn remove_role(&mut self, name: &str) {
+        self.roles.remove(name);
+    }
+
+    pub fn role(&self, name: &str) -> Option<&ValkeyRoleSpec> {
+        self.roles.get(name)
+    }
+
+    /// Clusters with an ACL user granted this role.
+    pub fn clusters_using_role(&self, role: &str) -> impl Iterator<Item = &ClusterKey> {
+        self.clusters_by_role.get(role).into_iter().flatten()
     }
 
     /// The config a cluster names in `configRef`.

@@ -1,6 +1,7 @@
 //! The Valkey operator: admission webhooks over the fleet's configuration, and the machinery to
 //! roll Valkey clusters one shard at a time. `main.rs` is a thin shell over [`cli`].
 
+pub mod acl;
 pub mod admission;
 pub mod api;
 pub mod caches;

@@ -1,8 +1,10 @@
 //! One reconcile of a ValkeyCluster: resolve its config, keep its Service and budget in place,
 //! finish the joins of new nodes, observe every node, ask the planner for the next step,
-//! perform exactly that step, write the status, and requeue by cause.
+//! perform exactly that step, write the status, and requeue by cause. Live changes (settings
+//! CONFIG SET can change, ACL users) are applied once the cluster has converged, and a new
+//! node gets the ACL users before it becomes Active.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -19,6 +21,7 @@ use serde_json::json;
 
 use super::render::ClusterRender;
 use super::status::{set_condition, versions_running};
+use crate::acl;
 use crate::api::{
     ClusterNodeStatus, ClusterState, NodeLifecycle, NodeRole, RollStatus, ShardStatus,
     ValkeyCluster, ValkeyClusterStatus, ValkeyNode, labels,
@@ -246,6 +249,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     }
     if matches!(step, Step::Converged) {
         apply_live_settings(ctx, &render, &observed, &nodes).await;
+        apply_live_acl(ctx, cluster, &observed, &nodes).await;
     }
     let summary = summarize(
         cluster,
@@ -533,6 +537,9 @@ async fn act(
             .await;
         }
         Step::Activate { node, shard } => {
+            // Every Active node serves the cluster's users, also mid-roll after a failover.
+            let users = desired_acl(ctx, cluster);
+            apply_acl(&client_of(ctx, nodes, node).await?, &users).await?;
             let status = json!({"status": {"lifecycle": "Active"}});
             node_api
                 .patch_status(node, &PatchParams::default(), &Patch::Merge(&status))
@@ -709,6 +716,77 @@ async fn apply_live_settings(
             if let Err(error) = client.config_set(key, value).await {
                 tracing::warn!(node = %node.name, %key, %error, "could not apply a setting live");
             }
+        }
+    }
+}
+
+/// The cluster's ACL users as `ACL SETUSER` rules (from the roles in the fleet index), and what
+/// could not be rendered (a user naming a role that does not exist is left as it is).
+struct DesiredAcl {
+    users: Vec<(String, Vec<String>)>,
+    /// Users the spec names: every other user but `default` is deleted.
+    keep: BTreeSet<String>,
+    problems: Vec<String>,
+}
+
+fn desired_acl(ctx: &Context, cluster: &ValkeyCluster) -> DesiredAcl {
+    let fleet = ctx.fleet.read().unwrap_or_else(|p| p.into_inner());
+    let mut desired = DesiredAcl {
+        users: Vec::new(),
+        keep: BTreeSet::from([acl::DEFAULT_USER.to_string()]),
+        problems: Vec::new(),
+    };
+    for user in &cluster.spec.acl {
+        desired.keep.insert(user.username.clone());
+        match acl::user_rules(user, |role| fleet.role(role)) {
+            Ok(rules) => desired.users.push((user.username.clone(), rules)),
+            Err(problem) => desired.problems.push(problem),
+        }
+    }
+    desired
+}
+
+/// Writes the users on one node (each whole, in one command) and deletes the ones the spec no
+/// longer names.
+async fn apply_acl(client: &NodeClient, desired: &DesiredAcl) -> Result<(), Error> {
+    for (username, rules) in &desired.users {
+        client.acl_set_user(username, rules).await?;
+    }
+    for stale in client
+        .acl_users()
+        .await?
+        .iter()
+        .filter(|user| !desired.keep.contains(*user))
+    {
+        client.acl_del_user(stale).await?;
+    }
+    Ok(())
+}
+
+/// [`apply_acl`] on every reachable node; a role that does not exist is reported as an event.
+async fn apply_live_acl(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    observed: &[ObservedNode],
+    nodes: &Nodes,
+) {
+    let desired = desired_acl(ctx, cluster);
+    for problem in &desired.problems {
+        event(
+            ctx,
+            cluster,
+            "AclRoleMissing",
+            "ApplyAcl",
+            format!("spec.acl: {problem}; that user is left as it was"),
+            true,
+        )
+        .await;
+    }
+    for node in observed.iter().filter(|o| o.reachable) {
+        let applied =
+            async { apply_acl(&client_of(ctx, nodes, &node.name).await?, &desired).await };
+        if let Err(error) = applied.await {
+            tracing::warn!(node = %node.name, %error, "could not apply the ACL users");
         }
     }
 }

@@ -368,6 +368,19 @@ impl NodeClient {
             .await?;
         Ok(())
     }
+
+    /// `ACL USERS`: every user name the node has.
+    pub async fn acl_users(&self) -> Result<Vec<String>> {
+        self.call(redis::cmd("ACL").arg("USERS")).await
+    }
+
+    /// `ACL DELUSER username`.
+    pub async fn acl_del_user(&self, username: &str) -> Result<()> {
+        let _: i64 = self
+            .call(redis::cmd("ACL").arg("DELUSER").arg(username))
+            .await?;
+        Ok(())
+    }
 }
 
 /// Forget `node_id` on every one of `remaining` (a node is only gone once all have forgotten
