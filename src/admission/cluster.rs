@@ -9,6 +9,7 @@ use kube::core::admission::Operation;
 use super::impact::{config_ref_image_change, judge_config_ref_switch};
 use super::version::check_floor;
 use super::{Review, Verdict, clip};
+use crate::acl;
 use crate::api::{RESERVED_PREFIX, ValkeyCluster};
 use crate::fleet::Fleet;
 use crate::resolve::{self, ResolveError};
@@ -42,12 +43,27 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet) -> Verdic
         );
     }
     let mut usernames = BTreeSet::new();
-    for user in &spec.acl {
+    for (index, user) in spec.acl.iter().enumerate() {
         if !usernames.insert(user.username.as_str()) {
             verdict.deny(format!(
                 "spec.acl: user {:?} is listed twice; give each user one entry",
                 user.username
             ));
+        }
+        // The operator itself connects as `default`; rewriting it would lock the operator out.
+        if user.username == acl::DEFAULT_USER {
+            verdict.deny(format!(
+                "spec.acl[{index}].username: {:?} is Valkey's built-in user, which the operator uses and leaves alone; name your user differently",
+                acl::DEFAULT_USER
+            ));
+        }
+        for (granted, permission) in user.permissions.iter().enumerate() {
+            if fleet.role(&permission.role_ref).is_none() {
+                verdict.warn(clip(format!(
+                    "spec.acl[{index}].permissions[{granted}].roleRef: ValkeyRole {} does not exist; user {} is not applied until it does.",
+                    permission.role_ref, user.username
+                )));
+            }
         }
     }
 

@@ -488,6 +488,54 @@ fn cluster_reserved_annotations_and_tls_changes_are_refused() {
 }
 
 #[test]
+fn acl_users_leave_default_alone_and_missing_roles_warn() {
+    let mut fleet = fleet();
+    fleet.upsert_role("reader", ValkeyRoleSpec::default());
+    let user = |username: &str, role_ref: &str| AclUser {
+        username: username.into(),
+        password_hashes: vec![],
+        permissions: vec![AclPermission {
+            role_ref: role_ref.into(),
+            keys: vec![],
+        }],
+    };
+    let mut new = cluster("team-a", "orders", "standard");
+    new.spec.acl = vec![user("app", "reader")];
+    let verdict = validate_cluster(
+        &review(Operation::Create, "orders", Some(&new), None),
+        &fleet,
+    );
+    assert!(
+        verdict.allowed() && verdict.warnings.is_empty(),
+        "{verdict:?}"
+    );
+
+    new.spec.acl = vec![user("app", "ghost")];
+    let verdict = validate_cluster(
+        &review(Operation::Create, "orders", Some(&new), None),
+        &fleet,
+    );
+    assert!(verdict.allowed(), "{}", joined(&verdict));
+    assert_eq!(
+        verdict.warnings,
+        [
+            "spec.acl[0].permissions[0].roleRef: ValkeyRole ghost does not exist; user app is not applied until it does."
+        ]
+    );
+
+    new.spec.acl = vec![user("app", "reader"), user("default", "reader")];
+    let verdict = validate_cluster(
+        &review(Operation::Create, "orders", Some(&new), None),
+        &fleet,
+    );
+    assert!(
+        joined(&verdict).starts_with("spec.acl[1].username: \"default\" is Valkey's built-in user"),
+        "{}",
+        joined(&verdict)
+    );
+}
+
+#[test]
 fn nodes_come_from_the_operator_and_roles_name_things_once() {
     let mut node = ValkeyNode::new(
         "orders-0-abc",
