@@ -40,6 +40,15 @@ pub const REVISION_ANNOTATION: &str = "valkey.gomomento.com/revision";
 /// The label naming a Pod's ValkeyNode.
 pub const NODE_LABEL: &str = "valkey.gomomento.com/node";
 
+/// Valkey settings every node starts with unless the config sets them, because the roll relies
+/// on them: a new replica's full sync starts at once (the operator adds replicas one at a time,
+/// so waiting 5 s for others to share the sync only slows every join), and Valkey never moves
+/// replicas between shards by itself (the planner places them). Both can be changed live.
+pub const ROLL_DEFAULTS: [(&str, &str); 2] = [
+    ("repl-diskless-sync-delay", "0"),
+    ("cluster-allow-replica-migration", "no"),
+];
+
 const ZONE_KEY: &str = "topology.kubernetes.io/zone";
 const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
 
@@ -116,13 +125,21 @@ impl ClusterRender<'_> {
         digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
     }
 
+    /// The config's Valkey settings over the operator's [`ROLL_DEFAULTS`].
+    pub fn valkey_settings(&self) -> BTreeMap<String, String> {
+        let mut settings: BTreeMap<String, String> = ROLL_DEFAULTS
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        settings.extend(self.effective.valkey.clone());
+        settings
+    }
+
     /// The settings applied live with CONFIG SET (changing them rolls nothing).
     pub fn live_settings(&self) -> BTreeMap<String, String> {
-        self.effective
-            .valkey
-            .iter()
+        self.valkey_settings()
+            .into_iter()
             .filter(|(name, _)| !needs_restart(name))
-            .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     }
 
@@ -218,9 +235,9 @@ impl ClusterRender<'_> {
         .into_iter()
         .flat_map(|(flag, value)| [flag.to_string(), value])
         .collect();
-        for (name, value) in &self.effective.valkey {
+        for (name, value) in self.valkey_settings() {
             args.push(format!("--{name}"));
-            args.push(value.clone());
+            args.push(value);
         }
         let resources = &self.effective.resources;
         let requests: BTreeMap<_, _> = [("cpu", &resources.cpu), ("memory", &resources.memory)]
@@ -449,6 +466,25 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_config_overrides_the_roll_defaults() {
+        let cluster = cluster();
+        let mut tuned = effective("9.0.0");
+        tuned
+            .valkey
+            .insert("repl-diskless-sync-delay".into(), "3".into());
+        let render = ClusterRender {
+            cluster: &cluster,
+            effective: &tuned,
+            default_zone_spread: ZoneSpread::BestEffort,
+        };
+        let settings = render.live_settings();
+        assert_eq!(settings["repl-diskless-sync-delay"], "3");
+        assert_eq!(settings["cluster-allow-replica-migration"], "no");
+        // databases needs a restart: in the arguments, never set live.
+        assert!(!settings.contains_key("databases"));
+    }
+
     fn revision(cluster: &ValkeyCluster, effective: &EffectiveConfig) -> String {
         ClusterRender {
             cluster,
@@ -547,6 +583,11 @@ mod tests {
         assert!(args.contains("--cluster-announce-ip $(POD_IP)"), "{args}");
         assert!(args.contains("--cluster-enabled yes"), "{args}");
         assert!(args.contains("--databases 16 --maxmemory 768mb"), "{args}");
+        assert!(args.contains("--repl-diskless-sync-delay 0"), "{args}");
+        assert!(
+            args.contains("--cluster-allow-replica-migration no"),
+            "{args}"
+        );
         let env = &container.env.as_ref().unwrap()[0];
         assert_eq!(
             env.value_from
@@ -574,7 +615,11 @@ mod tests {
         );
         assert_eq!(
             render.live_settings().keys().collect::<Vec<_>>(),
-            ["maxmemory"]
+            [
+                "cluster-allow-replica-migration",
+                "maxmemory",
+                "repl-diskless-sync-delay"
+            ]
         );
     }
 
