@@ -1,6 +1,7 @@
-//! The guide's fleet upgrade end to end: the operator binary reconciling on a real API server
-//! with only the Helm chart's RBAC (a token of the chart's ServiceAccount), Pods run by the
-//! test kubelet as real valkey-server processes, driven by kubectl. Patching
+//! The guide's fleet upgrade end to end, on the README's walkthrough: `config/samples/` applied
+//! as they are, the operator binary reconciling on a real API server with only the Helm chart's
+//! RBAC (a token of the chart's ServiceAccount), Pods run by the test kubelet as real
+//! valkey-server processes, driven by kubectl. The samples come up Active; patching
 //! the shared base config's imageRef rolls every cluster resolving through it (directly or
 //! through baseRef) at once, one shard at a time, exactly one failover per shard, replicas
 //! never below target, state Active throughout, no acknowledged write lost; a cluster on an
@@ -12,72 +13,33 @@ mod support;
 
 use std::time::Duration;
 
-use e2e_support::{ClusterWatch, IMAGES, Product, condition, converged};
+use e2e_support::{ClusterWatch, Product, condition, converged};
 use roll_support::versions;
 use serde_json::Value;
 
-const FLEET: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: team-a}
----
-apiVersion: v1
-kind: Namespace
-metadata: {name: team-b}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: standard}
-spec: {imageRef: valkey-9-0-0, valkey: {maxmemory-policy: noeviction, save: ""}}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: standard-large}
-spec: {baseRef: standard, valkey: {maxmemory: 256mb}}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: other}
-spec: {imageRef: valkey-9-0-0, valkey: {save: ""}}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: orders, namespace: team-a}
-spec: {configRef: standard, shards: 2, replicasPerShard: 1}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: sessions, namespace: team-b}
-spec: {configRef: standard-large, shards: 1, replicasPerShard: 1}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: search, namespace: team-b}
-spec: {configRef: other, shards: 1, replicasPerShard: 1}
-"#;
+const SAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/samples");
 
 #[tokio::test]
 async fn the_guides_fleet_upgrade() {
     let product = Product::start(None, &[]).await;
-    // The 9.0.0 image; 9.1.2 is registered below, as the guide does.
-    let old_image = &IMAGES[..IMAGES.find("---").unwrap()];
-    product.apply(old_image);
-    product.apply(FLEET);
+    // The README's walkthrough: the samples, applied as they are.
+    product.kubectl(&["apply", "-f", SAMPLES]);
 
     // The clusters come up; their nodes show Joining, then Active.
-    let clusters = [
-        ("team-a", "orders"),
-        ("team-b", "sessions"),
-        ("team-b", "search"),
+    let on_standard = [
+        ("team-payments", "sessions"),
+        ("team-payments", "ledger-cache"),
+        ("team-search", "query-cache"),
     ];
     let mut saw_joining = false;
     product
         .wait_until("the fleet comes up", Duration::from_secs(240), |product| {
-            let nodes = product.kubectl(&["get", "valkeynodes", "-n", "team-a"]);
+            let nodes = product.kubectl(&["get", "valkeynodes", "-n", "team-payments"]);
             saw_joining |= nodes.contains("Joining");
-            if clusters
+            if on_standard
                 .iter()
                 .all(|(ns, name)| converged(&product.cluster(ns, name), "9.0.0"))
+                && converged(&product.cluster("team-search", "suggestions"), "9.1.2")
             {
                 Ok(())
             } else {
@@ -89,26 +51,29 @@ async fn the_guides_fleet_upgrade() {
         saw_joining,
         "kubectl get valkeynodes never showed a Joining node"
     );
-    let nodes = product.kubectl(&["get", "valkeynodes", "-n", "team-a"]);
-    assert_eq!(nodes.matches("Active").count(), 4, "{nodes}");
+    let nodes = product.kubectl(&["get", "valkeynodes", "-n", "team-payments"]);
+    assert_eq!(nodes.matches("Active").count(), 6, "{nodes}");
 
-    // Writers and outside samplers on the two clusters that will roll.
-    let rolling = [("team-a", "orders", 2u16), ("team-b", "sessions", 1)];
+    // Writers and outside samplers on the clusters that will roll.
+    let rolling = [
+        ("team-payments", "sessions", 2u16),
+        ("team-payments", "ledger-cache", 1),
+        ("team-search", "query-cache", 1),
+    ];
     let mut watches = Vec::new();
     for (ns, name, _) in rolling {
         watches.push(ClusterWatch::start(&product, ns, name).await);
     }
-    let search_nodes_before = product.addresses("team-b", "search");
+    let edge_nodes_before = product.addresses("team-search", "suggestions");
 
-    // The guide: register the new image, repoint the shared config.
-    product.apply(IMAGES);
+    // The guide: the new image is registered (the samples did), repoint the shared config.
     let patched = product.patch(
         "valkeyconfig/standard",
         None,
         r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
     );
     assert!(
-        patched.contains("rolls 2 ValkeyClusters at once"),
+        patched.contains("rolls 3 ValkeyClusters at once"),
         "{patched}"
     );
 
@@ -135,7 +100,7 @@ async fn the_guides_fleet_upgrade() {
             }
         })
         .await;
-    assert!(overlapped, "the two clusters did not roll at the same time");
+    assert!(overlapped, "the clusters did not roll at the same time");
 
     for ((ns, name, shards), watch) in rolling.iter().zip(watches) {
         let pods_before = watch.pods_before.clone();
@@ -155,16 +120,22 @@ async fn the_guides_fleet_upgrade() {
     for (ns, name, shards) in rolling {
         assert_eq!(product.failovers(ns, name).await, u64::from(shards));
     }
-    assert_eq!(product.failovers("team-b", "search").await, 0);
+    assert_eq!(product.failovers("team-search", "suggestions").await, 0);
     let metrics = product.operator.metrics().await;
     assert!(
         metrics.contains(
-            r#"valkey_operator_cluster_outdated_nodes{cluster="orders",namespace="team-a"} 0"#
+            r#"valkey_operator_cluster_outdated_nodes{cluster="sessions",namespace="team-payments"} 0"#
         ),
         "{metrics}"
     );
 
     // The cluster on the unrelated config did not move.
-    assert_eq!(product.addresses("team-b", "search"), search_nodes_before);
-    assert!(converged(&product.cluster("team-b", "search"), "9.0.0"));
+    assert_eq!(
+        product.addresses("team-search", "suggestions"),
+        edge_nodes_before
+    );
+    assert!(converged(
+        &product.cluster("team-search", "suggestions"),
+        "9.1.2"
+    ));
 }
