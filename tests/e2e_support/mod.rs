@@ -186,6 +186,19 @@ impl Product {
     }
 }
 
+impl Drop for Product {
+    /// A failing test keeps the operator's log (its temporary folder goes with it otherwise).
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let kept = std::env::temp_dir()
+                .join(format!("valkey-operator-failed-{}.log", std::process::id()));
+            if std::fs::write(&kept, self.operator.log()).is_ok() {
+                eprintln!("the operator's log is kept in {}", kept.display());
+            }
+        }
+    }
+}
+
 fn statuses(states: &[Value]) -> Vec<Value> {
     states
         .iter()

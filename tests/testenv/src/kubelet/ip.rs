@@ -7,6 +7,7 @@ use std::fs::File;
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Ports a Valkey node binds on its address: the client port and the cluster bus.
 const PROBED_PORTS: [u16; 2] = [6379, 16379];
@@ -24,12 +25,28 @@ impl IpLease {
     }
 }
 
-/// Leases the lowest free address whose Valkey ports nobody listens on (tests that start
+/// The pool: 127.0.0.2 to 127.0.0.254.
+const FIRST: usize = 2;
+const POOL: usize = 253;
+
+/// Where the next search starts: addresses are handed out round-robin, as a real node's
+/// host-local IPAM does, so a deleted Pod's address is not reused at once. (Reusing it at once
+/// would let a client still holding that address reach a Pod of another cluster.)
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// Leases the next free address whose Valkey ports nobody listens on (tests that start
 /// valkey-server themselves take addresses without leasing them).
 pub fn lease() -> Option<IpLease> {
     let dir = std::env::temp_dir().join("valkey-operator-testenv-ips");
     std::fs::create_dir_all(&dir).ok()?;
-    (2..=254u8).find_map(|last| try_lease(dir.join(format!("127.0.0.{last}")), last))
+    let start = NEXT.load(Ordering::Relaxed);
+    (0..POOL).find_map(|offset| {
+        let index = (start + offset) % POOL;
+        let last = u8::try_from(FIRST + index).ok()?;
+        let lease = try_lease(dir.join(format!("127.0.0.{last}")), last)?;
+        NEXT.store((index + 1) % POOL, Ordering::Relaxed);
+        Some(lease)
+    })
 }
 
 fn try_lease(path: PathBuf, last: u8) -> Option<IpLease> {
