@@ -16,6 +16,7 @@ use std::time::Duration;
 use e2e_support::{ClusterWatch, Product, condition, converged};
 use roll_support::versions;
 use serde_json::Value;
+use support::chart::get_json;
 
 const SAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/samples");
 
@@ -127,6 +128,27 @@ async fn the_guides_fleet_upgrade() {
             r#"valkey_operator_cluster_outdated_nodes{cluster="sessions",namespace="team-payments"} 0"#
         ),
         "{metrics}"
+    );
+
+    // One event per retired node (not one folded series per reason): sessions retired 2 nodes
+    // in each of its 2 shards, ledger-cache 2 in its one.
+    let retired = get_json(
+        &product.plane,
+        &[
+            "get",
+            "events",
+            "-n",
+            "team-payments",
+            "--field-selector",
+            "reason=NodeRetired",
+            "-o",
+            "json",
+        ],
+    );
+    let retired = retired["items"].as_array().map_or(0, Vec::len);
+    assert!(
+        retired >= 6,
+        "{retired} NodeRetired events in team-payments"
     );
 
     // The cluster on the unrelated config did not move.

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -464,14 +464,25 @@ fn node_name(cluster: &ValkeyCluster, shard: u32) -> String {
     format!("{}-{shard}-{}", cluster.name_any(), &suffix[..5])
 }
 
+/// Records an Event on the cluster. `node` names the ValkeyNode it concerns: kube's recorder
+/// folds events with the same reason and related object into one series (keeping the first
+/// note), so without it every join of a roll would show as the first one, counted.
 async fn event(
     ctx: &Context,
     cluster: &ValkeyCluster,
+    node: Option<&str>,
     reason: &str,
     action: &str,
     note: String,
     warning: bool,
 ) {
+    let secondary = node.map(|name| ObjectReference {
+        api_version: Some(ValkeyNode::api_version(&()).into_owned()),
+        kind: Some(ValkeyNode::kind(&()).into_owned()),
+        name: Some(name.to_string()),
+        namespace: cluster.namespace(),
+        ..Default::default()
+    });
     let event = Event {
         type_: if warning {
             EventType::Warning
@@ -481,7 +492,7 @@ async fn event(
         reason: reason.into(),
         note: Some(note),
         action: action.into(),
-        secondary: None,
+        secondary,
     };
     if let Err(error) = ctx.recorder.publish(&event, &cluster.object_ref(&())).await {
         tracing::warn!(%error, "could not record an event");
@@ -529,6 +540,7 @@ async fn act(
             event(
                 ctx,
                 cluster,
+                Some(&created.name_any()),
                 "NodeJoining",
                 "Join",
                 format!("{}: {step}", created.name_any()),
@@ -547,6 +559,7 @@ async fn act(
             event(
                 ctx,
                 cluster,
+                Some(node),
                 "NodeActive",
                 "Activate",
                 format!("{node} is an active member of shard {shard}"),
@@ -584,6 +597,7 @@ async fn act(
             event(
                 ctx,
                 cluster,
+                Some(to),
                 "Failover",
                 "Failover",
                 format!("{step}"),
@@ -606,6 +620,7 @@ async fn act(
             event(
                 ctx,
                 cluster,
+                Some(to),
                 "SlotMigration",
                 "MigrateSlots",
                 format!("{step}"),
@@ -638,6 +653,7 @@ async fn act(
             event(
                 ctx,
                 cluster,
+                Some(node),
                 "NodeRetired",
                 "Retire",
                 format!("{step}"),
@@ -646,7 +662,16 @@ async fn act(
             .await;
         }
         Step::Stalled { reason } => {
-            event(ctx, cluster, "RollStalled", "Plan", reason.clone(), true).await;
+            event(
+                ctx,
+                cluster,
+                None,
+                "RollStalled",
+                "Plan",
+                reason.clone(),
+                true,
+            )
+            .await;
         }
         Step::Wait { .. } | Step::Converged => {}
     }
@@ -775,6 +800,7 @@ async fn apply_live_acl(
         event(
             ctx,
             cluster,
+            None,
             "AclRoleMissing",
             "ApplyAcl",
             format!("spec.acl: {problem}; that user is left as it was"),
@@ -802,6 +828,7 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     event(
         ctx,
         cluster,
+        None,
         "Deleted",
         "Cleanup",
         format!("retired {} nodes", nodes.objects.len()),
