@@ -1,7 +1,7 @@
 //! Scaling end to end, as the README describes it: `kubectl patch` of `shards` and
 //! `replicasPerShard` on a live cluster with a writer on it. Shards are added and removed with
 //! atomic slot migration, replicas joined and retired, no primary fails over, and no
-//! acknowledged write is lost.
+//! acknowledged write is lost. Then `kubectl delete` of the cluster retires all of it.
 
 mod e2e_support;
 mod roll_support;
@@ -102,4 +102,39 @@ async fn scaling_shards_and_replicas_with_kubectl_patch_loses_no_write() {
     watch.finish(&product).await;
     // Scaling moves slots and joins or retires replicas; it never fails a primary over.
     assert_eq!(product.failovers("growth", "feed").await, 0);
+
+    // Deleting the cluster: the operator's finalizer retires every node, then lets it go.
+    let finalizers = product.cluster("growth", "feed")["metadata"]["finalizers"].to_string();
+    assert!(
+        finalizers.contains("valkey.gomomento.com/retire-nodes"),
+        "{finalizers}"
+    );
+    product.kubectl(&[
+        "delete",
+        "valkeycluster",
+        "feed",
+        "-n",
+        "growth",
+        "--timeout=60s",
+    ]);
+    product
+        .wait_until(
+            "the deleted cluster's nodes go",
+            Duration::from_secs(60),
+            |p| {
+                let left = p.kubectl(&["get", "valkeynodes,pods", "-n", "growth", "-o", "name"]);
+                let running = p
+                    .kubelet
+                    .pod_processes()
+                    .iter()
+                    .filter(|process| process.namespace == "growth")
+                    .count();
+                if left.trim().is_empty() && running == 0 {
+                    Ok(())
+                } else {
+                    Err(format!("{left}\n{running} valkey-server processes"))
+                }
+            },
+        )
+        .await;
 }
