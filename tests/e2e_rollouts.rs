@@ -1,7 +1,7 @@
 //! The guide's other rollouts end to end, each on its own control plane with the chart's RBAC,
 //! real valkey-server Pods and kubectl: a staged rollout and a downgrade by `configRef`; a live
-//! setting against a restart-only one; a roll onto an image that never becomes ready, and its
-//! fix; the operator killed in the middle of a roll.
+//! setting and podAnnotations changed in place against a restart-only setting that rolls; a
+//! roll onto an image that never becomes ready, and its fix; the operator killed mid-roll.
 
 mod e2e_support;
 mod roll_support;
@@ -216,6 +216,29 @@ async fn a_live_setting_changes_in_place_and_a_restart_only_setting_rolls() {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    // podAnnotations: patched onto the live Pods, nothing replaced.
+    product.patch(
+        "valkeycluster/cache",
+        Some("tuning"),
+        r#"{"spec": {"podAnnotations": {"example.com/owner": "team-tuning"}}}"#,
+    );
+    product
+        .wait_until("the annotation reaches every Pod", Duration::from_secs(60), |p| {
+            let owners = p.kubectl(&[
+                "get",
+                "pods",
+                "-n",
+                "tuning",
+                "-o",
+                r#"jsonpath={range .items[*]}{.metadata.annotations.example\.com/owner}{"\n"}{end}"#,
+            ]);
+            if owners.lines().filter(|l| *l == "team-tuning").count() == 4 {
+                Ok(())
+            } else {
+                Err(owners)
+            }
+        })
+        .await;
     let cluster: Value = product.cluster("tuning", "cache");
     assert_eq!(cluster["status"]["desiredRevision"], revision_before);
     assert!(converged(&cluster, "9.0.0"), "{cluster}");
