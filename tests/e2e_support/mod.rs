@@ -102,7 +102,8 @@ impl Product {
         )
     }
 
-    /// Pod name → `IP:6379` of a cluster's running Pods.
+    /// Pod name → `IP:6379` of a cluster's Pods, leaving out Pods already being deleted (a
+    /// retired node's Pod lingers for a moment while the kubelet stops it).
     pub fn addresses(&self, namespace: &str, name: &str) -> BTreeMap<String, String> {
         let pods = get_json(
             &self.plane,
@@ -121,6 +122,7 @@ impl Product {
             .as_array()
             .into_iter()
             .flatten()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
             .filter_map(|p| {
                 Some((
                     p["metadata"]["name"].as_str()?.to_string(),
