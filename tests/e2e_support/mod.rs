@@ -253,6 +253,8 @@ pub struct ClusterWatch {
 
 /// What a watch saw, for the invariants and the figures.
 pub struct WatchReport {
+    /// `namespace/name` of the cluster watched.
+    pub cluster: String,
     pub log: WriterLog,
     pub samples: Vec<Sample>,
     pub pods_after: BTreeMap<String, String>,
@@ -297,6 +299,7 @@ impl ClusterWatch {
             &lost[..lost.len().min(5)]
         );
         WatchReport {
+            cluster: format!("{}/{}", self.namespace, self.name),
             log,
             samples,
             pods_after,
@@ -313,11 +316,13 @@ impl WatchReport {
             assert_eq!(
                 primary_changes(&self.samples, slot),
                 failovers,
-                "shard {shard} (slot {slot}): primary changes"
+                "{} shard {shard} (slot {slot}): primary changes",
+                self.cluster
             );
             assert!(
                 fewest_replicas(&self.samples, slot) >= replicas,
-                "shard {shard} (slot {slot}) dipped below {replicas} replicas"
+                "{} shard {shard} (slot {slot}) dipped below {replicas} replicas",
+                self.cluster
             );
         }
     }

@@ -301,7 +301,11 @@ pub struct Sample {
     pub nodes: Vec<ClusterNode>,
 }
 
-/// Reads `CLUSTER NODES` every 100 ms from one node (moving on when it stops answering).
+/// Reads `CLUSTER NODES` every 100 ms from one node, a primary that owns slots where it can:
+/// the planner only moves on once every primary lists a new replica, so a primary's view is
+/// complete. (A node that joined a moment ago may not know every replica yet, and a sample of
+/// its view would show a shard with fewer replicas than it has.) Moves on when the node stops
+/// answering or is no longer a slot-owning primary.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
     task: JoinHandle<Vec<Sample>>,
@@ -330,6 +334,13 @@ impl Sampler {
                             if !node.failed && !known.contains(&a) {
                                 known.push(a);
                             }
+                        }
+                        let owns_slots = |n: &ClusterNode| n.primary && !n.slots.is_empty();
+                        if !nodes.iter().any(|n| n.myself && owns_slots(n))
+                            && let Some(primary) = nodes.iter().find(|n| !n.failed && owns_slots(n))
+                        {
+                            let a = format!("{}:{}", primary.ip, primary.port);
+                            current = known.iter().position(|k| *k == a).unwrap_or(current);
                         }
                         samples.push(Sample { at: tick, nodes });
                         break;
