@@ -15,12 +15,13 @@ use serde_json::Value;
 use testenv::{ControlPlane, TestKubelet};
 
 use crate::roll_support::{
-    Sample, Sampler, Writer, WriterLog, fewest_replicas, lost_writes, primary_changes,
+    Sample, Sampler, Writer, WriterLog, fewest_replicas_at, lost_writes, primary_changes,
 };
 use crate::support::chart::{
     ChartIdentity, Helm, NAMESPACE, Operator, control_plane_with_crds, get_json, install, kubectl,
     must, repoint_webhooks,
 };
+use valkey_operator::roll::slots::bootstrap_range;
 
 /// The image every test fleet starts on, and the one the guide upgrades to.
 pub const IMAGES: &str = r#"
@@ -213,6 +214,29 @@ fn statuses(states: &[Value]) -> Vec<Value> {
         .collect()
 }
 
+/// One sampled `CLUSTER NODES` view, a line per node, and how long into the watch it was taken.
+fn describe_sample(sample: &Sample) -> String {
+    sample
+        .nodes
+        .iter()
+        .map(|n| {
+            format!(
+                "{} {}:{} {}{} of {:?} slots {:?}{}{}",
+                &n.id[..n.id.len().min(8)],
+                n.ip,
+                n.port,
+                if n.myself { "myself," } else { "" },
+                if n.primary { "primary" } else { "replica" },
+                n.replica_of.as_deref().map(|id| &id[..id.len().min(8)]),
+                n.slots.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                if n.failed { " FAILED" } else { "" },
+                if n.handshake { " HANDSHAKE" } else { "" },
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The last `lines` lines of `text`.
 pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
@@ -312,17 +336,20 @@ impl WatchReport {
     /// outside, and never fewer than `replicas` replicas.
     pub fn assert_shards(&self, shards: u16, failovers: usize, replicas: usize) {
         for shard in 0..shards {
-            let slot = shard * (16384 / shards);
+            // The first slot of the shard as the operator assigns them at creation.
+            let slot = bootstrap_range(u32::from(shard), u32::from(shards)).start;
             assert_eq!(
                 primary_changes(&self.samples, slot),
                 failovers,
                 "{} shard {shard} (slot {slot}): primary changes",
                 self.cluster
             );
+            let (fewest, at) = fewest_replicas_at(&self.samples, slot);
             assert!(
-                fewest_replicas(&self.samples, slot) >= replicas,
-                "{} shard {shard} (slot {slot}) dipped below {replicas} replicas",
-                self.cluster
+                fewest >= replicas,
+                "{} shard {shard} (slot {slot}) dipped below {replicas} replicas; the view:\n{}",
+                self.cluster,
+                at.map(describe_sample).unwrap_or_default()
             );
         }
     }

@@ -301,11 +301,11 @@ pub struct Sample {
     pub nodes: Vec<ClusterNode>,
 }
 
-/// Reads `CLUSTER NODES` every 100 ms from one node, a primary that owns slots where it can:
-/// the planner only moves on once every primary lists a new replica, so a primary's view is
-/// complete. (A node that joined a moment ago may not know every replica yet, and a sample of
-/// its view would show a shard with fewer replicas than it has.) Moves on when the node stops
-/// answering or is no longer a slot-owning primary.
+/// Reads `CLUSTER NODES` every 100 ms from a slot-owning primary, and records only such views
+/// where one can be found: the planner activates a replica only once every primary lists it,
+/// so a primary's view is complete. A replica's view may lag (gossip reaches it later), and a
+/// sample of it could show a shard with fewer replicas than it has. Moves on when the node
+/// stops answering or is no longer a slot-owning primary.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
     task: JoinHandle<Vec<Sample>>,
@@ -321,13 +321,19 @@ impl Sampler {
             let mut current = 0;
             while !flag.load(Ordering::Relaxed) {
                 let tick = Instant::now();
-                for attempt in 0..known.len() {
-                    let addr = known[(current + attempt) % known.len()].clone();
-                    let read = async {
-                        let client = NodeClient::connect(&addr, Duration::from_millis(300)).await?;
-                        client.cluster_nodes().await
-                    };
-                    if let Ok(Ok(nodes)) = timeout(Duration::from_millis(500), read).await {
+                // First pass: if the node answering is not a slot-owning primary, its view is
+                // not recorded; the second pass reads the primary it names (or whatever answers).
+                'pass: for pass in 0..2 {
+                    for attempt in 0..known.len() {
+                        let addr = known[(current + attempt) % known.len()].clone();
+                        let read = async {
+                            let client =
+                                NodeClient::connect(&addr, Duration::from_millis(300)).await?;
+                            client.cluster_nodes().await
+                        };
+                        let Ok(Ok(nodes)) = timeout(Duration::from_millis(500), read).await else {
+                            continue;
+                        };
                         current = (current + attempt) % known.len();
                         for node in &nodes {
                             let a = format!("{}:{}", node.ip, node.port);
@@ -336,14 +342,16 @@ impl Sampler {
                             }
                         }
                         let owns_slots = |n: &ClusterNode| n.primary && !n.slots.is_empty();
-                        if !nodes.iter().any(|n| n.myself && owns_slots(n))
+                        if pass == 0
+                            && !nodes.iter().any(|n| n.myself && owns_slots(n))
                             && let Some(primary) = nodes.iter().find(|n| !n.failed && owns_slots(n))
                         {
                             let a = format!("{}:{}", primary.ip, primary.port);
                             current = known.iter().position(|k| *k == a).unwrap_or(current);
+                            continue 'pass;
                         }
                         samples.push(Sample { at: tick, nodes });
-                        break;
+                        break 'pass;
                     }
                 }
                 sleep(Duration::from_millis(100).saturating_sub(tick.elapsed())).await;
@@ -385,8 +393,14 @@ pub fn primary_changes(samples: &[Sample], slot: u16) -> usize {
 /// owner, plus a former owner still shown as a slotless primary (a demotion in flight: it is
 /// the new primary's replica-to-be, not a lost node).
 pub fn fewest_replicas(samples: &[Sample], slot: u16) -> usize {
+    fewest_replicas_at(samples, slot).0
+}
+
+/// [`fewest_replicas`], and the first sample that showed it (to print when it is too few).
+pub fn fewest_replicas_at(samples: &[Sample], slot: u16) -> (usize, Option<&Sample>) {
     let mut former_owners: BTreeSet<String> = BTreeSet::new();
     let mut fewest = usize::MAX;
+    let mut at = None;
     for (sample, owner) in samples.iter().zip(owners(samples, slot)) {
         let Some(owner) = owner else { continue };
         let replicas = sample
@@ -398,10 +412,13 @@ pub fn fewest_replicas(samples: &[Sample], slot: u16) -> usize {
                     || (n.primary && n.slots.is_empty() && former_owners.contains(&n.id))
             })
             .count();
-        fewest = fewest.min(replicas);
+        if replicas < fewest {
+            fewest = replicas;
+            at = Some(sample);
+        }
         former_owners.insert(owner.id.clone());
     }
-    fewest
+    (fewest, at)
 }
 
 /// Every node's engine version, read with `INFO server`.
