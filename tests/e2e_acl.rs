@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use e2e_support::{IMAGES, Product};
+use e2e_support::{IMAGES, Product, connect};
 use sha2::{Digest, Sha256};
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -50,14 +50,6 @@ spec:
       keys: [{{pattern: "acct:*", access: read}}]
 "#
     )
-}
-
-async fn connect(address: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(format!("redis://{address}"))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
 }
 
 /// `ACL DRYRUN app COMMAND...` on one node: whether `app` may run it there.

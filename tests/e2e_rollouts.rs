@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use e2e_support::{ClusterWatch, IMAGES, Product, condition, condition_field, converged};
+use e2e_support::{ClusterWatch, IMAGES, Product, condition, condition_field, connect, converged};
 use roll_support::versions;
 use serde_json::Value;
 
@@ -42,8 +42,7 @@ spec: {{configRef: {config}, shards: {shards}, replicasPerShard: 1}}
 
 /// `CONFIG GET key` on one node.
 async fn config_get(address: &str, key: &str) -> String {
-    let client = redis::Client::open(format!("redis://{address}")).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let mut connection = connect(address).await;
     let pair: Vec<String> = redis::cmd("CONFIG")
         .arg("GET")
         .arg(key)

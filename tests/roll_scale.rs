@@ -41,12 +41,7 @@ async fn shards_three_to_five_to_two_under_writes() {
     }
     let log = writer.stop().await;
     assert!(log.acked > 100, "the writer barely wrote: {}", log.acked);
-    let lost = lost_writes(&roller.addresses(), log.acked).await;
-    assert!(
-        lost.is_empty(),
-        "lost {} acknowledged writes: {lost:?}",
-        lost.len()
-    );
+    assert_no_lost_writes(&roller.addresses(), &log, "the cluster").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,10 +73,5 @@ async fn replicas_one_to_two_to_none_to_one_under_writes() {
     }
     let log = writer.stop().await;
     assert!(log.acked > 100, "the writer barely wrote: {}", log.acked);
-    let lost = lost_writes(&roller.addresses(), log.acked).await;
-    assert!(
-        lost.is_empty(),
-        "lost {} acknowledged writes: {lost:?}",
-        lost.len()
-    );
+    assert_no_lost_writes(&roller.addresses(), &log, "the cluster").await;
 }

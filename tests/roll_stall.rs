@@ -39,6 +39,5 @@ async fn a_join_that_is_not_ready_in_time_stalls_then_resumes() {
     converge(&mut roller, &shape(2, 1, NEW), Duration::from_secs(120)).await;
     assert_eq!(versions(&roller.addresses()).await, vec![NEW; 4]);
     let log = writer.stop().await;
-    let lost = lost_writes(&roller.addresses(), log.acked).await;
-    assert!(lost.is_empty(), "lost {} acknowledged writes", lost.len());
+    assert_no_lost_writes(&roller.addresses(), &log, "the cluster").await;
 }

@@ -51,10 +51,5 @@ async fn roll_up_and_back_down_keeps_every_acknowledged_write() {
     }
     let log = writer.stop().await;
     assert!(log.acked > 100, "the writer barely wrote: {}", log.acked);
-    let lost = lost_writes(&roller.addresses(), log.acked).await;
-    assert!(
-        lost.is_empty(),
-        "lost {} acknowledged writes: {lost:?}",
-        lost.len()
-    );
+    assert_no_lost_writes(&roller.addresses(), &log, "the cluster").await;
 }

@@ -15,7 +15,7 @@ use serde_json::Value;
 use testenv::{ControlPlane, TestKubelet};
 
 use crate::roll_support::{
-    Sample, Sampler, Writer, WriterLog, fewest_replicas_at, lost_writes, primary_changes,
+    Sample, Sampler, Writer, WriterLog, assert_no_lost_writes, fewest_replicas_at, primary_changes,
 };
 use crate::support::chart::{
     ChartIdentity, Helm, NAMESPACE, Operator, control_plane_with_crds, get_json, install, kubectl,
@@ -237,6 +237,15 @@ fn describe_sample(sample: &Sample) -> String {
         .join("\n")
 }
 
+/// A plain (not cluster-aware) connection to one node, as the default user.
+pub async fn connect(address: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://{address}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
 /// The last `lines` lines of `text`.
 pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
@@ -312,18 +321,10 @@ impl ClusterWatch {
         let samples = self.sampler.stop().await;
         let pods_after = product.addresses(&self.namespace, &self.name);
         let seeds: Vec<String> = pods_after.values().cloned().collect();
-        let lost = lost_writes(&seeds, log.acked).await;
-        assert!(
-            lost.is_empty(),
-            "{}/{} lost {} of {} acknowledged writes, first {:?}",
-            self.namespace,
-            self.name,
-            lost.len(),
-            log.acked,
-            &lost[..lost.len().min(5)]
-        );
+        let cluster = format!("{}/{}", self.namespace, self.name);
+        assert_no_lost_writes(&seeds, &log, &cluster).await;
         WatchReport {
-            cluster: format!("{}/{}", self.namespace, self.name),
+            cluster,
             log,
             samples,
             pods_after,

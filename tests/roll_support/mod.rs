@@ -295,6 +295,19 @@ pub async fn lost_writes(seeds: &[String], acked: u64) -> Vec<u64> {
     lost
 }
 
+/// Fails the test, naming `cluster`, if any of the `log`'s acknowledged writes is not readable
+/// from the cluster `seeds` lead to.
+pub async fn assert_no_lost_writes(seeds: &[String], log: &WriterLog, cluster: &str) {
+    let lost = lost_writes(seeds, log.acked).await;
+    assert!(
+        lost.is_empty(),
+        "{cluster} lost {} of {} acknowledged writes, first {:?}",
+        lost.len(),
+        log.acked,
+        &lost[..lost.len().min(5)]
+    );
+}
+
 /// One `CLUSTER NODES` read from outside.
 pub struct Sample {
     pub at: Instant,
