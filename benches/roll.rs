@@ -127,7 +127,10 @@ async fn bare_full_sync(roller: &Roller<LocalRuntime>, name: &str) -> Duration {
     )
     .await
     .unwrap();
-    probe.meet(&primary.ip, primary.port).await.unwrap();
+    probe
+        .meet(primary.address().expect("the primary announces an IP"))
+        .await
+        .unwrap();
     probe
         .replicate(&primary.id, Duration::from_secs(10))
         .await

@@ -15,9 +15,9 @@ use crate::controller::{
     self,
     leader::{self, LeaseConfig},
 };
+use crate::execute::Timeouts;
 use crate::fleet::Fleet;
 use crate::metrics::Metrics;
-use crate::runtime::driver::Timeouts;
 use crate::server::{self, AppState, ListenOptions};
 use crate::settings::{CONFIG_MAP, OperatorSettings};
 use crate::tls::CertificatePaths;

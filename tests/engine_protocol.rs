@@ -13,7 +13,7 @@ use tokio::time::{Instant, sleep};
 use valkey_operator::roll::{Role, SlotRange};
 use valkey_operator::runtime::local::LocalRuntime;
 use valkey_operator::runtime::{NodeRuntime, NodeSpec};
-use valkey_operator::valkey::{NodeClient, forget_everywhere};
+use valkey_operator::valkey::{NodeAddress, NodeClient, forget_everywhere};
 
 const CALL: Duration = Duration::from_secs(2);
 
@@ -54,8 +54,8 @@ where
     }
 }
 
-fn ip(client: &NodeClient) -> String {
-    client.addr().split(':').next().unwrap().to_owned()
+fn address(client: &NodeClient) -> NodeAddress {
+    client.addr().parse().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,8 +68,8 @@ async fn engine_commands_on_real_nodes() {
     assert_eq!(c.server_info().await.unwrap().version, NEW);
     let (a_id, b_id) = (a.my_id().await.unwrap(), b.my_id().await.unwrap());
 
-    a.meet(&ip(&b), 6379).await.unwrap();
-    a.meet(&ip(&c), 6379).await.unwrap();
+    a.meet(address(&b)).await.unwrap();
+    a.meet(address(&c)).await.unwrap();
     // Right after MEET, c does not know a yet: replicate retries "Unknown node".
     c.replicate(&a_id, Duration::from_secs(10)).await.unwrap();
     a.add_slots_range(&[SlotRange::new(0, 8191)]).await.unwrap();

@@ -1,17 +1,31 @@
 //! The controller: reconciles each ValkeyCluster into ValkeyNodes, Pods, a headless Service and
 //! a PodDisruptionBudget, and rolls it one shard at a time through the planner in
-//! [`crate::roll`]. [`render`] holds what it creates, [`reconcile`] one observe → plan → act
-//! pass, [`leader`] the Lease that lets only one replica reconcile, [`status`] the status
-//! helpers. A change of a ValkeyConfig or ValkeyImage reaches every cluster that resolves
-//! through it, so a fleet change starts every affected cluster at once.
+//! [`crate::roll`] and the executor in [`crate::execute`]. A change of a ValkeyConfig or
+//! ValkeyImage reaches every cluster that resolves through it, so a fleet change starts every
+//! affected cluster at once.
+//!
+//! One file per concern: [`reconcile`] is the pass as a short pipeline; [`observe`] reads the
+//! stored status and the nodes; [`membership`] keeps members in place outside the planner;
+//! [`act`] performs the planned step through [`host`] (nodes as ValkeyNodes and Pods);
+//! [`live`] applies settings and ACL users in place; [`status`] computes the status purely;
+//! [`events`] are the cluster's Events; [`error`] and [`context`] hold the failure causes and
+//! the retry state; [`render`] builds the objects; [`leader`] is the Lease that lets only one
+//! replica reconcile.
 
+pub mod act;
+pub mod context;
+pub mod error;
+pub mod events;
+pub mod host;
 pub mod leader;
+pub mod live;
+pub mod membership;
+pub mod observe;
 pub mod reconcile;
 pub mod render;
 pub mod status;
 
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -23,11 +37,12 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::{broadcast, watch};
 
 use crate::api::{ValkeyCluster, ValkeyNode, labels};
+use crate::execute::Timeouts;
 use crate::fleet::{ClusterKey, Fleet};
 use crate::metrics::Metrics;
-use crate::runtime::driver::Timeouts;
 use crate::settings::OperatorSettings;
-use reconcile::{Context, Error};
+use context::{Backoff, Context};
+use error::Error;
 
 /// The clusters sent on the channel, as the controller's object references.
 fn cluster_refs(
@@ -52,9 +67,15 @@ fn cluster_refs(
     })
 }
 
-fn error_policy(cluster: Arc<ValkeyCluster>, error: &Error, _: Arc<Context>) -> Action {
+/// Requeue after a failure by its cause: an invalid object waits for a change; anything else
+/// backs off exponentially per cluster.
+fn error_policy(cluster: Arc<ValkeyCluster>, error: &Error, ctx: Arc<Context>) -> Action {
     tracing::warn!(cluster = %cluster.name_any(), category = error.category(), %error, "reconcile failed");
-    Action::requeue(Duration::from_secs(2))
+    if error.is_invalid() {
+        return Action::await_change();
+    }
+    let key = ClusterKey::new(cluster.namespace().unwrap_or_default(), cluster.name_any());
+    Action::requeue(ctx.backoff.failed(&key))
 }
 
 /// Runs the controller while this replica leads; stops reconciling as soon as it does not.
@@ -74,6 +95,7 @@ pub async fn run(
         timeouts,
         recorder: Recorder::new(client.clone(), Reporter::from("valkey-operator")),
         metrics,
+        backoff: Backoff::default(),
     });
     loop {
         if leading.wait_for(|l| *l).await.is_err() {

@@ -1,27 +1,105 @@
-//! The ValkeyCluster status the controller writes, computed purely: conditions whose
-//! `lastTransitionTime` moves only on a real transition, and the summary columns (`version`,
-//! `outdatedNodes`) that make a roll visible in `kubectl get valkeycluster -w`.
+//! The ValkeyCluster status, computed purely from one pass's observations: the summary columns
+//! (`state`, `version`, `outdatedNodes`) that make a roll visible in
+//! `kubectl get valkeycluster -w`, and the conditions `Ready`, `Progressing` and `Degraded`,
+//! whose `lastTransitionTime` moves only on a real transition. The roll memory
+//! (`status.roll`) is not written here: the executor saves it before a failover.
 
 use std::collections::BTreeSet;
+use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-/// Sets condition `type_`, keeping its `lastTransitionTime` unless its status changes.
+use crate::api::{
+    ClusterNodeStatus, ClusterState, NodeRole, ShardStatus, ValkeyClusterStatus, ValkeyNode,
+};
+use crate::metrics::RollProgress;
+use crate::roll::slots::SLOT_COUNT;
+use crate::roll::{DesiredShape, ObservedNode, Role, Step};
+
+/// The conditions a ValkeyCluster reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConditionType {
+    /// Every slot is served.
+    Ready,
+    /// The planner has work to do (a roll, a join, a scale).
+    Progressing,
+    /// Something stops the work: a stall, a failed step, a config that does not resolve.
+    Degraded,
+}
+
+/// Why a condition has its status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    AllSlotsServed,
+    SlotsUnserved,
+    Rolling,
+    UpToDate,
+    Healthy,
+    RollStalled,
+    StepFailed,
+    ConfigUnresolved,
+}
+
+impl ConditionType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::Ready => "Ready",
+            ConditionType::Progressing => "Progressing",
+            ConditionType::Degraded => "Degraded",
+        }
+    }
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::AllSlotsServed => "AllSlotsServed",
+            Reason::SlotsUnserved => "SlotsUnserved",
+            Reason::Rolling => "Rolling",
+            Reason::UpToDate => "UpToDate",
+            Reason::Healthy => "Healthy",
+            Reason::RollStalled => "RollStalled",
+            Reason::StepFailed => "StepFailed",
+            Reason::ConfigUnresolved => "ConfigUnresolved",
+        }
+    }
+}
+
+impl fmt::Display for ConditionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One condition as a pass decides it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub type_: ConditionType,
+    pub status: bool,
+    pub reason: Reason,
+    pub message: String,
+}
+
+/// Sets a condition, keeping its `lastTransitionTime` unless its status changes.
 pub fn set_condition(
     conditions: &mut Vec<Condition>,
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: &str,
+    verdict: Verdict,
     observed_generation: Option<i64>,
     now: Time,
 ) {
-    let status = if status { "True" } else { "False" }.to_string();
+    let type_ = verdict.type_.as_str();
+    let status = if verdict.status { "True" } else { "False" }.to_string();
     let updated = |last_transition_time| Condition {
         type_: type_.to_string(),
         status: status.clone(),
-        reason: reason.to_string(),
-        message: message.to_string(),
+        reason: verdict.reason.as_str().to_string(),
+        message: verdict.message.clone(),
         observed_generation,
         last_transition_time,
     };
@@ -38,6 +116,16 @@ pub fn set_condition(
     }
 }
 
+/// `Degraded=True` with `reason`: what a pass that cannot plan says.
+pub fn degraded(reason: Reason, message: String) -> Verdict {
+    Verdict {
+        type_: ConditionType::Degraded,
+        status: true,
+        reason,
+        message,
+    }
+}
+
 /// The engine versions running, lowest first, joined for the `Version` column: `9.0.0`, or
 /// mid-roll `9.0.0,9.1.2`.
 pub fn versions_running<'a>(versions: impl IntoIterator<Item = &'a str>) -> String {
@@ -51,67 +139,177 @@ pub fn versions_running<'a>(versions: impl IntoIterator<Item = &'a str>) -> Stri
     distinct.join(",")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::jiff::Timestamp;
+/// Everything one pass knows that the status reports.
+pub struct PassReport<'a> {
+    pub generation: Option<i64>,
+    pub shards: i32,
+    pub nodes: &'a [ValkeyNode],
+    pub observed: &'a [ObservedNode],
+    pub desired: &'a DesiredShape,
+    pub step: &'a Step,
+    /// The planned step failed with this error.
+    pub failure: Option<String>,
+}
 
-    fn at(seconds: i64) -> Time {
-        Time(Timestamp::from_second(seconds).unwrap())
+/// The status after a pass, from the status before it (for `state` and transition times).
+pub fn summarize(
+    previous: &ValkeyClusterStatus,
+    pass: &PassReport,
+    now: Time,
+) -> ValkeyClusterStatus {
+    let all_served = slots_served(pass.observed) == SLOT_COUNT;
+    let state = if all_served {
+        Some(ClusterState::Active)
+    } else {
+        previous.state.or(Some(ClusterState::Creating))
+    };
+    let outdated = pass
+        .observed
+        .iter()
+        .filter(|o| !o.is_up_to_date(pass.desired))
+        .count();
+    let mut status = ValkeyClusterStatus {
+        state,
+        observed_generation: pass.generation,
+        version: Some(versions_running(
+            pass.nodes.iter().map(|n| n.spec.version.as_str()),
+        )),
+        outdated_nodes: Some(i32::try_from(outdated).unwrap_or(i32::MAX)),
+        shards: shard_statuses(pass),
+        nodes: node_statuses(pass),
+        conditions: previous.conditions.clone(),
+        desired_revision: Some(pass.desired.revision.clone()),
+        roll: None,
+    };
+    for verdict in verdicts(pass, all_served) {
+        set_condition(
+            &mut status.conditions,
+            verdict,
+            pass.generation,
+            now.clone(),
+        );
     }
+    status
+}
 
-    #[test]
-    fn transition_time_moves_only_on_a_transition() {
-        let mut conditions = Vec::new();
-        set_condition(
-            &mut conditions,
-            "Progressing",
-            true,
-            "Rolling",
-            "shard 0: join",
-            Some(2),
-            at(100),
-        );
-        set_condition(
-            &mut conditions,
-            "Progressing",
-            true,
-            "Rolling",
-            "shard 1: failover",
-            Some(2),
-            at(200),
-        );
-        assert_eq!(conditions.len(), 1);
-        assert_eq!(conditions[0].last_transition_time, at(100));
-        assert_eq!(conditions[0].message, "shard 1: failover");
-        set_condition(
-            &mut conditions,
-            "Progressing",
-            false,
-            "Converged",
-            "up to date",
-            Some(3),
-            at(300),
-        );
-        assert_eq!(conditions[0].last_transition_time, at(300));
-        assert_eq!(conditions[0].status, "False");
-        assert_eq!(conditions[0].observed_generation, Some(3));
-        set_condition(
-            &mut conditions,
-            "Ready",
-            true,
-            "AllSlotsServed",
-            "",
-            Some(3),
-            at(300),
-        );
-        assert_eq!(conditions.len(), 2);
-    }
+fn slots_served(observed: &[ObservedNode]) -> u32 {
+    observed
+        .iter()
+        .filter(|o| o.reachable && o.role == Role::Primary)
+        .map(ObservedNode::slot_count)
+        .sum()
+}
 
-    #[test]
-    fn versions_sort_by_precedence() {
-        assert_eq!(versions_running(["9.1.2", "9.0.0", "9.1.2"]), "9.0.0,9.1.2");
-        assert_eq!(versions_running(["10.0.0", "9.1.2"]), "9.1.2,10.0.0");
-        assert_eq!(versions_running([]), "");
+/// The API's name for a role the planner observed.
+pub fn node_role(role: Role) -> NodeRole {
+    match role {
+        Role::Primary => NodeRole::Primary,
+        Role::Replica => NodeRole::Replica,
     }
 }
+
+fn node_statuses(pass: &PassReport) -> Vec<ClusterNodeStatus> {
+    pass.nodes
+        .iter()
+        .map(|node| {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let seen = pass.observed.iter().find(|o| o.name == name);
+            ClusterNodeStatus {
+                role: seen.filter(|o| o.reachable).map(|o| node_role(o.role)),
+                lifecycle: node.status.as_ref().and_then(|s| s.lifecycle),
+                version: node.spec.version.clone(),
+                outdated: node.spec.revision != pass.desired.revision,
+                shard: node.spec.shard,
+                name,
+            }
+        })
+        .collect()
+}
+
+fn shard_statuses(pass: &PassReport) -> Vec<ShardStatus> {
+    (0..pass.shards)
+        .map(|index| ShardStatus {
+            index,
+            primary: pass
+                .observed
+                .iter()
+                .find(|o| {
+                    o.reachable
+                        && o.role == Role::Primary
+                        && i64::from(o.shard) == i64::from(index)
+                        && o.slot_count() > 0
+                })
+                .map(|o| o.name.clone()),
+        })
+        .collect()
+}
+
+/// The three conditions after a pass.
+fn verdicts(pass: &PassReport, all_served: bool) -> [Verdict; 3] {
+    let ready = Verdict {
+        type_: ConditionType::Ready,
+        status: all_served,
+        reason: if all_served {
+            Reason::AllSlotsServed
+        } else {
+            Reason::SlotsUnserved
+        },
+        message: if all_served {
+            "every slot is served"
+        } else {
+            "not every slot is served yet"
+        }
+        .into(),
+    };
+    let converged = matches!(pass.step, Step::Converged);
+    let progressing = Verdict {
+        type_: ConditionType::Progressing,
+        status: !converged,
+        reason: if converged {
+            Reason::UpToDate
+        } else {
+            Reason::Rolling
+        },
+        message: match pass.step.shard() {
+            Some(shard) => format!("shard {shard}: {}", pass.step),
+            None => pass.step.to_string(),
+        },
+    };
+    let degraded = match (pass.step, &pass.failure) {
+        (Step::Stalled { reason }, _) => degraded(Reason::RollStalled, reason.to_string()),
+        (step, Some(error)) => degraded(Reason::StepFailed, format!("{step}: {error}")),
+        _ => Verdict {
+            type_: ConditionType::Degraded,
+            status: false,
+            reason: Reason::Healthy,
+            message: String::new(),
+        },
+    };
+    [ready, progressing, degraded]
+}
+
+/// The roll-progress figures of one pass, for the metrics.
+pub fn progress(desired: &DesiredShape, observed: &[ObservedNode], step: &Step) -> RollProgress {
+    let shards: BTreeSet<u32> = observed.iter().map(|o| o.shard).collect();
+    let up_to_date = (0..desired.shards)
+        .filter(|shard| {
+            let mut in_shard = observed.iter().filter(|o| o.shard == *shard).peekable();
+            in_shard.peek().is_some() && in_shard.all(|o| o.is_up_to_date(desired))
+        })
+        .count();
+    RollProgress {
+        shards: usize::try_from(desired.shards)
+            .unwrap_or(usize::MAX)
+            .max(shards.len()),
+        shards_up_to_date: up_to_date,
+        outdated_nodes: observed
+            .iter()
+            .filter(|o| !o.is_up_to_date(desired))
+            .count(),
+        in_progress: !matches!(step, Step::Converged),
+    }
+}
+
+#[cfg(test)]
+#[path = "status_tests.rs"]
+mod tests;

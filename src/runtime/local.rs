@@ -11,10 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 
-use super::{NodeAddress, NodeRuntime, NodeSpec, RuntimeError};
+use super::{NodeRuntime, NodeSpec, RuntimeError};
 
-/// The client port of every node; the cluster bus is on 16379.
-pub const VALKEY_PORT: u16 = 6379;
+use crate::valkey::{CLIENT_PORT as VALKEY_PORT, NodeAddress};
 
 /// Settings every local node starts with: fast full syncs (diskless, no delay), no
 /// persistence, a short node timeout so Valkey's own failover of a dead primary is quick, and
@@ -113,7 +112,7 @@ impl LocalRuntime {
 
     /// The address of a running node.
     pub fn address(&self, name: &str) -> Option<NodeAddress> {
-        self.lock().nodes.get(name).map(|node| node.address.clone())
+        self.lock().nodes.get(name).map(|node| node.address)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -142,7 +141,9 @@ impl LocalRuntime {
                 subnet: self.subnet,
             });
         }
-        let ip = format!("127.0.{}.{}", self.subnet, state.next_host);
+        let ip = std::net::Ipv4Addr::new(127, 0, self.subnet, state.next_host);
+        let address = NodeAddress::new(ip.into(), VALKEY_PORT);
+        let ip = ip.to_string();
         let dir = self.work_dir.join(&spec.name);
         let io = |action| {
             let node = spec.name.clone();
@@ -176,17 +177,9 @@ impl LocalRuntime {
             .spawn()
             .map_err(io("start valkey-server"))?;
         state.next_host += 1;
-        let address = NodeAddress {
-            ip,
-            port: VALKEY_PORT,
-        };
-        state.nodes.insert(
-            spec.name.clone(),
-            LocalNode {
-                child,
-                address: address.clone(),
-            },
-        );
+        state
+            .nodes
+            .insert(spec.name.clone(), LocalNode { child, address });
         Ok(address)
     }
 

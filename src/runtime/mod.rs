@@ -1,14 +1,14 @@
-//! Node runtimes: what the roll's steps use to start and stop Valkey servers. The local
-//! runtime ([`local`]) runs them as processes on loopback addresses, and [`driver`] runs the
-//! observe → plan → act loop on it; the Kubernetes controller (`crate::controller`) runs the
-//! same loop with Pods. Both observe nodes through [`observe`].
+//! Node runtimes for the real-process roll tests and benchmark: the local runtime ([`local`])
+//! runs Valkey servers as processes on loopback addresses, and [`driver`] runs the product's
+//! executor (`crate::execute`) on it, the same code the Kubernetes controller runs with Pods.
 
 pub mod driver;
 pub mod local;
-pub mod observe;
 
 use std::future::Future;
 use std::path::PathBuf;
+
+use crate::valkey::NodeAddress;
 
 /// What to start: one Valkey node of a cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,19 +19,6 @@ pub struct NodeSpec {
     pub shard: u32,
     /// The revision to run; the local runtime reads it as the engine version.
     pub revision: String,
-}
-
-/// Where a started node serves clients (its cluster bus is `port + 10000`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct NodeAddress {
-    pub ip: String,
-    pub port: u16,
-}
-
-impl std::fmt::Display for NodeAddress {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.ip, self.port)
-    }
 }
 
 /// A runtime failure, naming the node.

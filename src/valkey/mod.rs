@@ -2,6 +2,7 @@
 //! crate's async connection. Every call has a timeout; every error names the node and command.
 //! Waiting operations (replicate, failover, slot migration) poll until done or a deadline.
 
+pub mod address;
 pub mod parse;
 
 use std::time::Duration;
@@ -10,6 +11,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, Value};
 use tokio::time::{Instant, sleep, timeout};
 
+pub use address::{CLIENT_PORT, NodeAddress};
 pub use parse::{
     ClusterInfo, ClusterNode, ClusterShard, ReplicationInfo, ServerInfo, ShardMember, SlotMigration,
 };
@@ -115,6 +117,11 @@ impl NodeClient {
         })
     }
 
+    /// Connect to a node's client address (see [`NodeClient::connect`]).
+    pub async fn at(address: NodeAddress, call_timeout: Duration) -> Result<Self> {
+        Self::connect(&address.to_string(), call_timeout).await
+    }
+
     /// `ip:port` of the node.
     pub fn addr(&self) -> &str {
         &self.addr
@@ -186,10 +193,15 @@ impl NodeClient {
         self.call(redis::cmd("CLUSTER").arg("MYID")).await
     }
 
-    /// Introduce the node at `ip:port` to this node's cluster.
-    pub async fn meet(&self, ip: &str, port: u16) -> Result<()> {
+    /// Introduce the node at `peer` to this node's cluster.
+    pub async fn meet(&self, peer: NodeAddress) -> Result<()> {
         let _: String = self
-            .call(redis::cmd("CLUSTER").arg("MEET").arg(ip).arg(port))
+            .call(
+                redis::cmd("CLUSTER")
+                    .arg("MEET")
+                    .arg(peer.ip().to_string())
+                    .arg(peer.port()),
+            )
             .await?;
         Ok(())
     }

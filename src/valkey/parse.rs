@@ -108,6 +108,11 @@ pub struct ClusterNode {
 }
 
 impl ClusterNode {
+    /// Where the node says it serves clients, when its announced IP parses.
+    pub fn address(&self) -> Option<super::NodeAddress> {
+        Some(super::NodeAddress::new(self.ip.parse().ok()?, self.port))
+    }
+
     /// Every line of a `CLUSTER NODES` reply; `None` if any line is malformed.
     pub fn parse_all(text: &str) -> Option<Vec<Self>> {
         text.lines()

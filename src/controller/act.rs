@@ -1,0 +1,120 @@
+//! Acting on the one step the planner chose: the product's executor performs it on the
+//! cluster's ValkeyNodes and Pods ([`super::host::KubeHost`]); this adds what a person and a
+//! dashboard see of it, the events and the failover and migration metrics.
+
+use std::time::Instant;
+
+use super::context::Context;
+use super::error::Error;
+use super::events::{ClusterEvent, publish};
+use super::host::KubeHost;
+use crate::api::ValkeyCluster;
+use crate::execute::{Outcome, StepInputs, perform};
+use crate::roll::{RollMemory, Step};
+
+/// Performs `step`, recording its events and metrics.
+pub async fn act(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    host: &mut KubeHost<'_>,
+    step: &Step,
+    memory: &mut RollMemory,
+    inputs: &StepInputs<'_>,
+) -> Result<(), Error> {
+    if let Some(announced) = announcement(step) {
+        publish(&ctx.recorder, cluster, &announced).await;
+    }
+    let started = Instant::now();
+    let result = perform(host, step, memory, inputs).await;
+    record_metrics(ctx, cluster, step, result.is_ok(), started);
+    let outcome = result?;
+    if let Some(done) = completion(step, &outcome) {
+        publish(&ctx.recorder, cluster, &done).await;
+    }
+    Ok(())
+}
+
+/// The event said before a step that takes time (so it shows while it runs).
+fn announcement(step: &Step) -> Option<ClusterEvent> {
+    let what = step.to_string();
+    match step {
+        Step::Failover { to, .. } => Some(ClusterEvent::Failover {
+            to: to.clone(),
+            what,
+        }),
+        Step::MigrateSlots { to, .. } => Some(ClusterEvent::SlotMigration {
+            to: to.clone(),
+            what,
+        }),
+        _ => None,
+    }
+}
+
+/// The event said once a step has been carried out.
+fn completion(step: &Step, outcome: &Outcome) -> Option<ClusterEvent> {
+    let what = step.to_string();
+    match (step, outcome) {
+        (Step::JoinPrimary { .. } | Step::JoinReplica { .. }, Outcome::Created { node }) => {
+            Some(ClusterEvent::NodeJoining {
+                node: node.clone(),
+                what,
+            })
+        }
+        (Step::Activate { node, shard }, _) => Some(ClusterEvent::NodeActive {
+            node: node.clone(),
+            shard: *shard,
+        }),
+        (Step::RetireNode { node, .. }, _) => Some(ClusterEvent::NodeRetired {
+            node: node.clone(),
+            what,
+        }),
+        (Step::Stalled { reason }, _) => Some(ClusterEvent::RollStalled {
+            reason: reason.to_string(),
+        }),
+        _ => None,
+    }
+}
+
+fn record_metrics(ctx: &Context, cluster: &ValkeyCluster, step: &Step, ok: bool, started: Instant) {
+    let namespace = cluster.metadata.namespace.as_deref().unwrap_or_default();
+    let name = cluster.metadata.name.as_deref().unwrap_or_default();
+    match step {
+        Step::Failover { .. } => ctx.metrics.failover(namespace, name, ok, started),
+        Step::MigrateSlots { .. } => ctx.metrics.slot_migration(namespace, name, ok),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_steps_are_announced_and_node_steps_reported_with_their_node() {
+        let failover = Step::Failover {
+            shard: 1,
+            from: "c-1-old".into(),
+            to: "c-1-new".into(),
+        };
+        let announced = announcement(&failover);
+        assert_eq!(
+            announced.as_ref().and_then(ClusterEvent::node),
+            Some("c-1-new")
+        );
+        assert_eq!(completion(&failover, &Outcome::Done), None);
+        let join = Step::JoinReplica {
+            shard: 0,
+            primary: "c-0-p".into(),
+        };
+        let created = Outcome::Created {
+            node: "c-0-r".into(),
+        };
+        let joined = completion(&join, &created);
+        assert_eq!(
+            joined.as_ref().map(ClusterEvent::reason),
+            Some("NodeJoining")
+        );
+        assert_eq!(joined.as_ref().and_then(ClusterEvent::node), Some("c-0-r"));
+        assert_eq!(announcement(&join), None);
+    }
+}

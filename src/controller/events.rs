@@ -1,0 +1,168 @@
+//! The Kubernetes Events the controller records on a ValkeyCluster, as one type: each event
+//! names the ValkeyNode it concerns, because kube's recorder folds events with the same reason
+//! and related object into one series (keeping the first note), so without it every join of a
+//! roll would show as the first one, counted.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Resource, ResourceExt};
+
+use crate::api::{ValkeyCluster, ValkeyNode};
+
+/// Something a person watching `kubectl get events` should know about a cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterEvent {
+    /// A node was created to join the cluster; `what` is the planned step.
+    NodeJoining {
+        node: String,
+        what: String,
+    },
+    NodeActive {
+        node: String,
+        shard: u32,
+    },
+    /// A planned failover onto `to` is being issued.
+    Failover {
+        to: String,
+        what: String,
+    },
+    /// Slots are being moved to `to`.
+    SlotMigration {
+        to: String,
+        what: String,
+    },
+    NodeRetired {
+        node: String,
+        what: String,
+    },
+    RollStalled {
+        reason: String,
+    },
+    /// A user in `spec.acl` names a ValkeyRole that does not exist.
+    AclRoleMissing {
+        problem: String,
+    },
+    /// The cluster was deleted and its nodes retired.
+    Deleted {
+        nodes: usize,
+    },
+}
+
+impl ClusterEvent {
+    /// The event's reason, as `kubectl get events` shows it.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ClusterEvent::NodeJoining { .. } => "NodeJoining",
+            ClusterEvent::NodeActive { .. } => "NodeActive",
+            ClusterEvent::Failover { .. } => "Failover",
+            ClusterEvent::SlotMigration { .. } => "SlotMigration",
+            ClusterEvent::NodeRetired { .. } => "NodeRetired",
+            ClusterEvent::RollStalled { .. } => "RollStalled",
+            ClusterEvent::AclRoleMissing { .. } => "AclRoleMissing",
+            ClusterEvent::Deleted { .. } => "Deleted",
+        }
+    }
+
+    fn action(&self) -> &'static str {
+        match self {
+            ClusterEvent::NodeJoining { .. } => "Join",
+            ClusterEvent::NodeActive { .. } => "Activate",
+            ClusterEvent::Failover { .. } => "Failover",
+            ClusterEvent::SlotMigration { .. } => "MigrateSlots",
+            ClusterEvent::NodeRetired { .. } => "Retire",
+            ClusterEvent::RollStalled { .. } => "Plan",
+            ClusterEvent::AclRoleMissing { .. } => "ApplyAcl",
+            ClusterEvent::Deleted { .. } => "Cleanup",
+        }
+    }
+
+    fn is_warning(&self) -> bool {
+        matches!(
+            self,
+            ClusterEvent::RollStalled { .. } | ClusterEvent::AclRoleMissing { .. }
+        )
+    }
+
+    /// The ValkeyNode the event concerns, if one.
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            ClusterEvent::NodeJoining { node, .. }
+            | ClusterEvent::NodeActive { node, .. }
+            | ClusterEvent::NodeRetired { node, .. } => Some(node),
+            ClusterEvent::Failover { to, .. } | ClusterEvent::SlotMigration { to, .. } => Some(to),
+            _ => None,
+        }
+    }
+
+    pub fn note(&self) -> String {
+        match self {
+            ClusterEvent::NodeJoining { node, what } => format!("{node}: {what}"),
+            ClusterEvent::NodeActive { node, shard } => {
+                format!("{node} is an active member of shard {shard}")
+            }
+            ClusterEvent::Failover { what, .. }
+            | ClusterEvent::SlotMigration { what, .. }
+            | ClusterEvent::NodeRetired { what, .. } => what.clone(),
+            ClusterEvent::RollStalled { reason } => reason.clone(),
+            ClusterEvent::AclRoleMissing { problem } => {
+                format!("spec.acl: {problem}; that user is left as it was")
+            }
+            ClusterEvent::Deleted { nodes } => format!("retired {nodes} nodes"),
+        }
+    }
+}
+
+/// Records `event` on `cluster`; a failure to record is logged, never fatal.
+pub async fn publish(recorder: &Recorder, cluster: &ValkeyCluster, event: &ClusterEvent) {
+    let secondary = event.node().map(|name| ObjectReference {
+        api_version: Some(ValkeyNode::api_version(&()).into_owned()),
+        kind: Some(ValkeyNode::kind(&()).into_owned()),
+        name: Some(name.to_string()),
+        namespace: cluster.namespace(),
+        ..Default::default()
+    });
+    let recorded = Event {
+        type_: if event.is_warning() {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: event.reason().into(),
+        note: Some(event.note()),
+        action: event.action().into(),
+        secondary,
+    };
+    if let Err(error) = recorder.publish(&recorded, &cluster.object_ref(&())).await {
+        tracing::warn!(%error, reason = event.reason(), "could not record an event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_events_name_their_node_and_warnings_are_warnings() {
+        let joining = ClusterEvent::NodeJoining {
+            node: "c-0-abcde".into(),
+            what: "join a new replica of c-0-x to shard 0".into(),
+        };
+        assert_eq!(joining.node(), Some("c-0-abcde"));
+        assert_eq!(
+            joining.note(),
+            "c-0-abcde: join a new replica of c-0-x to shard 0"
+        );
+        assert!(!joining.is_warning());
+        let stalled = ClusterEvent::RollStalled {
+            reason: "shard 0 has no live primary".into(),
+        };
+        assert_eq!((stalled.reason(), stalled.node()), ("RollStalled", None));
+        assert!(stalled.is_warning());
+        let failover = ClusterEvent::Failover {
+            to: "c-0-new".into(),
+            what: "fail over".into(),
+        };
+        assert_eq!(failover.node(), Some("c-0-new"));
+        assert_eq!(ClusterEvent::Deleted { nodes: 3 }.note(), "retired 3 nodes");
+    }
+}

@@ -1,0 +1,191 @@
+//! The controller's [`NodeHost`]: a cluster's nodes as ValkeyNodes and Pods. Creating a node
+//! creates both; finding one reads its Pod's IP; its id, address and lifecycle are recorded in
+//! the ValkeyNode's status; removing it deletes both. The roll memory is written to
+//! `status.roll` by server-side apply under its own field manager, with the `resourceVersion`
+//! the pass read as a precondition, so a writer acting on an old read fails instead of erasing
+//! a newer record.
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use super::context::Context;
+use super::observe::{ClusterNodes, REPLICA_OF_ANNOTATION, roll_status};
+use super::render::ClusterRender;
+use crate::api::{NodeLifecycle, NodeRole, ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
+use crate::execute::{Member, NodeHost};
+use crate::roll::RollMemory;
+use crate::valkey::NodeAddress;
+
+/// The field manager of everything the controller writes but the roll memory.
+pub const MANAGER: &str = "valkey-operator";
+/// The field manager of `status.roll`, apart so the status apply never removes it.
+pub const ROLL_MANAGER: &str = "valkey-operator-roll";
+
+/// One cluster's nodes for the length of one pass.
+pub struct KubeHost<'a> {
+    ctx: &'a Context,
+    render: &'a ClusterRender<'a>,
+    namespace: String,
+    nodes_api: Api<ValkeyNode>,
+    pods_api: Api<Pod>,
+    pub nodes: ClusterNodes,
+    resource_version: Option<String>,
+}
+
+impl<'a> KubeHost<'a> {
+    pub fn new(
+        ctx: &'a Context,
+        render: &'a ClusterRender<'a>,
+        namespace: &str,
+        nodes: ClusterNodes,
+        resource_version: Option<String>,
+    ) -> Self {
+        Self {
+            ctx,
+            render,
+            namespace: namespace.to_owned(),
+            nodes_api: Api::namespaced(ctx.client.clone(), namespace),
+            pods_api: Api::namespaced(ctx.client.clone(), namespace),
+            nodes,
+            resource_version,
+        }
+    }
+
+    fn cluster(&self) -> &ValkeyCluster {
+        self.render.cluster
+    }
+
+    /// Merges `status` into the ValkeyNode's status, and into this pass's copy of it.
+    async fn patch_node_status(
+        &mut self,
+        name: &str,
+        status: serde_json::Value,
+    ) -> Result<(), kube::Error> {
+        let patch = json!({ "status": status });
+        let updated = self
+            .nodes_api
+            .patch_status(name, &PatchParams::apply(MANAGER), &Patch::Merge(&patch))
+            .await?;
+        if let Some(node) = self.nodes.get_mut(name) {
+            node.status = updated.status;
+        }
+        Ok(())
+    }
+}
+
+/// A fresh node name in the cluster's shard: `<cluster>-<shard>-<5 hex>`.
+fn node_name(cluster: &str, shard: u32) -> String {
+    let nanos = Timestamp::now().as_nanosecond();
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(format!("{cluster}/{shard}/{nanos}"));
+    let suffix: String = digest.iter().take(3).map(|b| format!("{b:02x}")).collect();
+    format!("{cluster}-{shard}-{}", &suffix[..5])
+}
+
+/// Deletes `name`, treating "already gone" as done.
+async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Deletes a node's Pod and ValkeyNode (with or without garbage collection).
+pub async fn delete_node(
+    nodes: &Api<ValkeyNode>,
+    pods: &Api<Pod>,
+    name: &str,
+) -> Result<(), kube::Error> {
+    delete_if_present(pods, name).await?;
+    delete_if_present(nodes, name).await
+}
+
+impl NodeHost for KubeHost<'_> {
+    type Error = kube::Error;
+
+    fn members(&self) -> Vec<Member> {
+        self.nodes.members(Timestamp::now(), self.ctx.timeouts.join)
+    }
+
+    async fn create_node(
+        &mut self,
+        shard: u32,
+        _revision: &str,
+        replica_of: Option<&str>,
+    ) -> Result<String, kube::Error> {
+        let name = node_name(&self.cluster().name_any(), shard);
+        let mut node = self
+            .render
+            .node(&name, i32::try_from(shard).unwrap_or(i32::MAX));
+        let role = match replica_of {
+            Some(primary) => {
+                node.annotations_mut()
+                    .insert(REPLICA_OF_ANNOTATION.into(), primary.to_owned());
+                NodeRole::Replica
+            }
+            None => NodeRole::Primary,
+        };
+        let mut created = self.nodes_api.create(&PostParams::default(), &node).await?;
+        let status = ValkeyNodeStatus {
+            lifecycle: Some(NodeLifecycle::Joining),
+            pod_name: Some(name.clone()),
+            ..Default::default()
+        };
+        created.status = Some(status.clone());
+        self.nodes.objects.push(created.clone());
+        self.patch_node_status(&name, json!(status)).await?;
+        self.pods_api
+            .create(&PostParams::default(), &self.render.pod(&created, role))
+            .await?;
+        Ok(name)
+    }
+
+    async fn record_id(
+        &mut self,
+        name: &str,
+        id: &str,
+        address: NodeAddress,
+    ) -> Result<(), kube::Error> {
+        let status = json!({"nodeId": id, "address": address.ip().to_string(), "podName": name});
+        self.patch_node_status(name, status).await
+    }
+
+    async fn mark_active(&mut self, name: &str) -> Result<(), kube::Error> {
+        self.patch_node_status(name, json!({"lifecycle": NodeLifecycle::Active}))
+            .await
+    }
+
+    async fn remove_node(&mut self, name: &str) -> Result<(), kube::Error> {
+        delete_node(&self.nodes_api, &self.pods_api, name).await?;
+        self.nodes.objects.retain(|n| n.name_any() != name);
+        self.nodes.pods.remove(name);
+        Ok(())
+    }
+
+    async fn save_memory(&mut self, memory: &RollMemory) -> Result<(), kube::Error> {
+        let name = self.cluster().name_any();
+        let api: Api<ValkeyCluster> = Api::namespaced(self.ctx.client.clone(), &self.namespace);
+        let mut metadata = json!({ "name": name });
+        if let Some(version) = &self.resource_version {
+            metadata["resourceVersion"] = json!(version);
+        }
+        let patch = json!({
+            "apiVersion": ValkeyCluster::api_version(&()),
+            "kind": ValkeyCluster::kind(&()),
+            "metadata": metadata,
+            "status": {"roll": roll_status(memory)},
+        });
+        let params = PatchParams::apply(ROLL_MANAGER).force();
+        let stored = api
+            .patch_status(&name, &params, &Patch::Apply(&patch))
+            .await?;
+        self.resource_version = stored.metadata.resource_version;
+        Ok(())
+    }
+}

@@ -1,0 +1,125 @@
+//! Keeping a cluster's members in place before the planner looks: the objects the cluster owns
+//! (its headless Service and PodDisruptionBudget), the Pod of a node whose creation was cut
+//! short, the executor's membership pass (ids, MEET, REPLICATE), and each node's role in its
+//! status and Pod labels, with the cluster's podAnnotations.
+//!
+//! These run outside the planner, on every pass, because none of them is a step of a roll:
+//! each is idempotent, safe at any time, and finishes work a restart may have interrupted.
+//! The planner only sees their result.
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::error::Error;
+use super::host::{KubeHost, MANAGER};
+use super::observe::REPLICA_OF_ANNOTATION;
+use super::render::{ClusterRender, role_label};
+use super::status::node_role;
+use crate::api::{NodeRole, ValkeyNode, labels};
+use crate::execute::{Timeouts, membership};
+use crate::roll::ObservedNode;
+
+/// Server-side applies the cluster's headless Service and PodDisruptionBudget.
+pub async fn apply_owned_objects(
+    client: &kube::Client,
+    render: &ClusterRender<'_>,
+    namespace: &str,
+) -> Result<(), Error> {
+    let apply = PatchParams::apply(MANAGER).force();
+    let service = render.headless_service();
+    Api::<Service>::namespaced(client.clone(), namespace)
+        .patch(&service.name_any(), &apply, &Patch::Apply(&service))
+        .await?;
+    let budget = render.disruption_budget();
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace)
+        .patch(&budget.name_any(), &apply, &Patch::Apply(&budget))
+        .await?;
+    Ok(())
+}
+
+/// Creates the Pod of a node that never had one running (its creation failed after the
+/// ValkeyNode was created, e.g. refused by RBAC or a quota). A node that did run is not
+/// restarted here: if its Pod is gone it is unreachable, and the planner replaces it.
+pub async fn create_missing_pods(
+    client: &kube::Client,
+    render: &ClusterRender<'_>,
+    host: &KubeHost<'_>,
+    namespace: &str,
+) -> Result<(), Error> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    for node in host.nodes.objects.iter().filter(|n| needs_pod(host, n)) {
+        let role = if node.annotations().contains_key(REPLICA_OF_ANNOTATION) {
+            NodeRole::Replica
+        } else {
+            NodeRole::Primary
+        };
+        match pods
+            .create(&PostParams::default(), &render.pod(node, role))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(())
+}
+
+fn needs_pod(host: &KubeHost<'_>, node: &ValkeyNode) -> bool {
+    let never_ran = node
+        .status
+        .as_ref()
+        .and_then(|s| s.node_id.as_ref())
+        .is_none();
+    let deleting = node.metadata.deletion_timestamp.is_some();
+    never_ran && !deleting && !host.nodes.pods.contains_key(&node.name_any())
+}
+
+/// The executor's membership pass on the cluster's Pods.
+pub async fn introduce(host: &mut KubeHost<'_>, timeouts: &Timeouts) -> Result<(), Error> {
+    membership::introduce(host, timeouts).await?;
+    Ok(())
+}
+
+/// Keeps each node's `status.role`, and its Pod's role label and annotations, in step with
+/// what the node reports (a failover swaps roles; podAnnotations are patched onto live Pods).
+pub async fn sync_roles(
+    client: &kube::Client,
+    host: &KubeHost<'_>,
+    observed: &[ObservedNode],
+    render: &ClusterRender<'_>,
+    namespace: &str,
+) -> Result<(), Error> {
+    let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), namespace);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let wanted_annotations = &render.cluster.spec.pod_annotations;
+    for seen in observed.iter().filter(|o| o.reachable) {
+        let Some(node) = host.nodes.get(&seen.name) else {
+            continue;
+        };
+        let role = node_role(seen.role);
+        if node.status.as_ref().and_then(|s| s.role) != Some(role) {
+            let patch = json!({"status": {"role": role}});
+            nodes
+                .patch_status(&seen.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        let Some(pod) = host.nodes.pods.get(&seen.name) else {
+            continue;
+        };
+        let label = role_label(role);
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        let missing = wanted_annotations
+            .iter()
+            .any(|(k, v)| annotations.get(k) != Some(v));
+        if pod.labels().get(labels::ROLE).map(String::as_str) != Some(label) || missing {
+            let patch = json!({"metadata": {"labels": {labels::ROLE: label}, "annotations": wanted_annotations}});
+            pods.patch(&seen.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,138 @@
+//! What a pass reads before it plans: the cluster's status as stored now (its roll memory and
+//! conditions; read fresh, never from the watch cache, since the roll memory decides whether a
+//! shard may fail over), its ValkeyNodes and their Pods, and the members the executor works
+//! with, mapped from those objects.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+
+use super::context::Context;
+use super::error::Error;
+use crate::api::{
+    NodeLifecycle, RollStatus, ValkeyCluster, ValkeyClusterStatus, ValkeyNode, labels,
+};
+use crate::execute::Member;
+use crate::roll::{Lifecycle, RollMemory};
+use crate::valkey::NodeAddress;
+
+/// On a ValkeyNode created as a replica: the ValkeyNode it replicates.
+pub const REPLICA_OF_ANNOTATION: &str = "valkey.gomomento.com/replica-of";
+
+/// The cluster's status as stored, with the version it was read at.
+pub struct StoredStatus {
+    pub status: ValkeyClusterStatus,
+    /// The ValkeyCluster's `resourceVersion`: the roll memory is only written over it.
+    pub resource_version: Option<String>,
+}
+
+pub async fn read_status(ctx: &Context, cluster: &ValkeyCluster) -> Result<StoredStatus, Error> {
+    let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
+    let api: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+    let stored = api.get_status(&cluster.name_any()).await?;
+    Ok(StoredStatus {
+        resource_version: stored.metadata.resource_version.clone(),
+        status: stored.status.unwrap_or_default(),
+    })
+}
+
+/// A cluster's ValkeyNodes and their Pods (by name), as listed now.
+pub struct ClusterNodes {
+    pub objects: Vec<ValkeyNode>,
+    pub pods: BTreeMap<String, Pod>,
+}
+
+pub async fn read_nodes(ctx: &Context, cluster: &ValkeyCluster) -> Result<ClusterNodes, Error> {
+    let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
+    let selector =
+        ListParams::default().labels(&format!("{}={}", labels::CLUSTER, cluster.name_any()));
+    let objects = Api::<ValkeyNode>::namespaced(ctx.client.clone(), &namespace)
+        .list(&selector)
+        .await?
+        .items;
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &namespace)
+        .list(&selector)
+        .await?
+        .items
+        .into_iter()
+        .map(|p| (p.name_any(), p))
+        .collect();
+    Ok(ClusterNodes { objects, pods })
+}
+
+impl ClusterNodes {
+    /// Where the node's Pod answers, once it has an IP.
+    pub fn address(&self, node: &str) -> Option<NodeAddress> {
+        let pod = self.pods.get(node)?;
+        NodeAddress::of_pod_ip(pod.status.as_ref()?.pod_ip.as_deref()?)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&ValkeyNode> {
+        self.objects.iter().find(|n| n.name_any() == name)
+    }
+
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut ValkeyNode> {
+        self.objects.iter_mut().find(|n| n.name_any() == name)
+    }
+
+    /// The executor's members; a `Joining` node created before `now - join_timeout` is overdue.
+    pub fn members(&self, now: Timestamp, join_timeout: Duration) -> Vec<Member> {
+        let limit = SignedDuration::try_from(join_timeout).unwrap_or(SignedDuration::MAX);
+        self.objects
+            .iter()
+            .map(|node| {
+                let name = node.name_any();
+                let lifecycle = lifecycle(node);
+                let created = node.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                Member {
+                    shard: u32::try_from(node.spec.shard).unwrap_or(0),
+                    revision: node.spec.revision.clone(),
+                    lifecycle,
+                    join_overdue: lifecycle == Lifecycle::Joining
+                        && created
+                            .is_some_and(|c| c.saturating_add(limit).is_ok_and(|due| due < now)),
+                    address: self.address(&name),
+                    id: node.status.as_ref().and_then(|s| s.node_id.clone()),
+                    replica_of: node.annotations().get(REPLICA_OF_ANNOTATION).cloned(),
+                    name,
+                }
+            })
+            .collect()
+    }
+}
+
+pub fn lifecycle(node: &ValkeyNode) -> Lifecycle {
+    match node.status.as_ref().and_then(|s| s.lifecycle) {
+        Some(NodeLifecycle::Active) => Lifecycle::Active,
+        _ => Lifecycle::Joining,
+    }
+}
+
+/// The planner's memory of the roll, from the stored status.
+pub fn memory_of(status: &ValkeyClusterStatus) -> RollMemory {
+    let roll = status.roll.clone().unwrap_or_default();
+    RollMemory {
+        revision: roll.revision,
+        failed_over_shards: roll
+            .failed_over_shards
+            .iter()
+            .filter_map(|s| u32::try_from(*s).ok())
+            .collect(),
+    }
+}
+
+/// The roll memory as the status stores it.
+pub fn roll_status(memory: &RollMemory) -> RollStatus {
+    RollStatus {
+        revision: memory.revision.clone(),
+        failed_over_shards: memory
+            .failed_over_shards
+            .iter()
+            .filter_map(|s| i32::try_from(*s).ok())
+            .collect(),
+    }
+}

@@ -1,0 +1,225 @@
+//! Tests of the pure status computation.
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::*;
+use crate::api::ValkeyNodeSpec;
+use crate::roll::{Lifecycle, SlotRange};
+
+fn at(seconds: i64) -> Time {
+    Time(Timestamp::from_second(seconds).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+fn verdict(type_: ConditionType, status: bool, reason: Reason, message: &str) -> Verdict {
+    Verdict {
+        type_,
+        status,
+        reason,
+        message: message.into(),
+    }
+}
+
+fn desired(revision: &str) -> DesiredShape {
+    DesiredShape {
+        shards: 2,
+        replicas_per_shard: 0,
+        revision: revision.into(),
+    }
+}
+
+fn node(name: &str, shard: u32, revision: &str, slots: (u16, u16)) -> ObservedNode {
+    ObservedNode {
+        name: name.into(),
+        shard,
+        revision: revision.into(),
+        lifecycle: Lifecycle::Active,
+        join_overdue: false,
+        reachable: true,
+        role: Role::Primary,
+        sync: None,
+        slots: vec![SlotRange::new(slots.0, slots.1)],
+        cluster_ok: true,
+        migrating: false,
+    }
+}
+
+fn valkey_node(name: &str, shard: i32, version: &str, revision: &str) -> ValkeyNode {
+    ValkeyNode::new(
+        name,
+        ValkeyNodeSpec {
+            cluster: "c".into(),
+            shard,
+            image: format!("valkey:{version}"),
+            version: version.into(),
+            revision: revision.into(),
+        },
+    )
+}
+
+fn condition<'a>(status: &'a ValkeyClusterStatus, type_: ConditionType) -> &'a Condition {
+    let found = status.conditions.iter().find(|c| c.type_ == type_.as_str());
+    found.unwrap_or_else(|| panic!("no {type_} condition in {:?}", status.conditions))
+}
+
+#[test]
+fn transition_time_moves_only_on_a_transition() {
+    let mut conditions = Vec::new();
+    let progressing =
+        |message: &str| verdict(ConditionType::Progressing, true, Reason::Rolling, message);
+    set_condition(
+        &mut conditions,
+        progressing("shard 0: join"),
+        Some(2),
+        at(100),
+    );
+    set_condition(
+        &mut conditions,
+        progressing("shard 1: failover"),
+        Some(2),
+        at(200),
+    );
+    assert_eq!(conditions.len(), 1);
+    assert_eq!(conditions[0].last_transition_time, at(100));
+    assert_eq!(conditions[0].message, "shard 1: failover");
+    let done = verdict(
+        ConditionType::Progressing,
+        false,
+        Reason::UpToDate,
+        "up to date",
+    );
+    set_condition(&mut conditions, done, Some(3), at(300));
+    assert_eq!(conditions[0].last_transition_time, at(300));
+    assert_eq!(conditions[0].status, "False");
+    assert_eq!(conditions[0].reason, "UpToDate");
+    assert_eq!(conditions[0].observed_generation, Some(3));
+    let ready = verdict(ConditionType::Ready, true, Reason::AllSlotsServed, "");
+    set_condition(&mut conditions, ready, Some(3), at(300));
+    assert_eq!(conditions.len(), 2);
+}
+
+#[test]
+fn versions_sort_by_precedence() {
+    assert_eq!(versions_running(["9.1.2", "9.0.0", "9.1.2"]), "9.0.0,9.1.2");
+    assert_eq!(versions_running(["10.0.0", "9.1.2"]), "9.1.2,10.0.0");
+    assert_eq!(versions_running([]), "");
+}
+
+#[test]
+fn a_converged_cluster_serving_every_slot_is_active_ready_and_healthy() {
+    let observed = [
+        node("c-0", 0, "r1", (0, 8191)),
+        node("c-1", 1, "r1", (8192, 16383)),
+    ];
+    let nodes = [
+        valkey_node("c-0", 0, "9.0.0", "r1"),
+        valkey_node("c-1", 1, "9.0.0", "r1"),
+    ];
+    let pass = PassReport {
+        generation: Some(4),
+        shards: 2,
+        nodes: &nodes,
+        observed: &observed,
+        desired: &desired("r1"),
+        step: &Step::Converged,
+        failure: None,
+    };
+    let status = summarize(&ValkeyClusterStatus::default(), &pass, at(10));
+    assert_eq!(status.state, Some(ClusterState::Active));
+    assert_eq!(status.version.as_deref(), Some("9.0.0"));
+    assert_eq!(status.outdated_nodes, Some(0));
+    assert_eq!(status.observed_generation, Some(4));
+    assert_eq!(status.shards[1].primary.as_deref(), Some("c-1"));
+    assert_eq!(
+        condition(&status, ConditionType::Ready).reason,
+        "AllSlotsServed"
+    );
+    assert_eq!(
+        condition(&status, ConditionType::Progressing).status,
+        "False"
+    );
+    assert_eq!(
+        condition(&status, ConditionType::Degraded).reason,
+        "Healthy"
+    );
+    assert_eq!(
+        status.roll, None,
+        "the roll memory is the executor's to write"
+    );
+}
+
+#[test]
+fn a_stall_is_degraded_and_an_active_cluster_stays_active_while_slots_are_unserved() {
+    let mut dead = node("c-1", 1, "r1", (8192, 16383));
+    dead.reachable = false;
+    let observed = [node("c-0", 0, "r1", (0, 8191)), dead];
+    let stalled = Step::Stalled {
+        reason: "shard 1 has no live primary".into(),
+    };
+    let pass = PassReport {
+        generation: Some(1),
+        shards: 2,
+        nodes: &[],
+        observed: &observed,
+        desired: &desired("r2"),
+        step: &stalled,
+        failure: None,
+    };
+    let before = ValkeyClusterStatus {
+        state: Some(ClusterState::Active),
+        ..Default::default()
+    };
+    let status = summarize(&before, &pass, at(10));
+    assert_eq!(status.state, Some(ClusterState::Active));
+    assert_eq!(status.outdated_nodes, Some(2));
+    assert_eq!(condition(&status, ConditionType::Ready).status, "False");
+    let degraded = condition(&status, ConditionType::Degraded);
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "RollStalled")
+    );
+    assert_eq!(degraded.message, "shard 1 has no live primary");
+    assert_eq!(
+        summarize(&ValkeyClusterStatus::default(), &pass, at(10)).state,
+        Some(ClusterState::Creating)
+    );
+}
+
+#[test]
+fn a_failed_step_says_which_step_and_why() {
+    let step = Step::JoinPrimary { shard: 1 };
+    let pass = PassReport {
+        generation: None,
+        shards: 2,
+        nodes: &[],
+        observed: &[],
+        desired: &desired("r1"),
+        step: &step,
+        failure: Some("pods is forbidden".into()),
+    };
+    let status = summarize(&ValkeyClusterStatus::default(), &pass, at(10));
+    let degraded = condition(&status, ConditionType::Degraded);
+    assert_eq!(degraded.reason, "StepFailed");
+    assert_eq!(
+        degraded.message,
+        "join a new primary to shard 1: pods is forbidden"
+    );
+    let progressing = condition(&status, ConditionType::Progressing);
+    assert_eq!(
+        progressing.message,
+        "shard 1: join a new primary to shard 1"
+    );
+}
+
+#[test]
+fn progress_counts_up_to_date_shards_and_outdated_nodes() {
+    let observed = [
+        node("c-0", 0, "r2", (0, 8191)),
+        node("c-1", 1, "r1", (8192, 16383)),
+        node("c-2", 1, "r2", (0, 0)),
+    ];
+    let progress = progress(&desired("r2"), &observed, &Step::Converged);
+    assert_eq!(progress.shards, 2);
+    assert_eq!(progress.shards_up_to_date, 1);
+    assert_eq!(progress.outdated_nodes, 1);
+    assert!(!progress.in_progress);
+}

@@ -1,0 +1,171 @@
+//! Observation, the executor's first look before every plan (the Kubernetes controller's and
+//! the local-process tests' alike): ask each node about itself over the engine protocol and turn the answers into
+//! the planner's [`ObservedNode`]s. Replicas are read again after every primary, so a replica's
+//! offset is never compared with a primary offset read later than it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::future::join_all;
+
+use super::Member;
+use crate::roll::{ObservedNode, ReplicaSync, Role};
+use crate::valkey::{ClusterNode, NodeAddress, NodeClient};
+
+/// What one reachable node said about itself.
+struct NodeReport {
+    role: Role,
+    link_up: bool,
+    sync_in_progress: bool,
+    replica_offset: u64,
+    master_repl_offset: u64,
+    cluster_ok: bool,
+    migrating: bool,
+    myself: Option<ClusterNode>,
+    view: Vec<ClusterNode>,
+}
+
+async fn report(address: NodeAddress, call_timeout: Duration) -> Option<NodeReport> {
+    let client = NodeClient::at(address, call_timeout).await.ok()?;
+    let replication = client.replication_info().await.ok()?;
+    let info = client.cluster_info().await.ok()?;
+    let view = client.cluster_nodes().await.ok()?;
+    let migrating = match replication.role {
+        Role::Primary => client
+            .slot_migrations()
+            .await
+            .ok()?
+            .iter()
+            .any(|job| !job.succeeded() && !job.failed()),
+        Role::Replica => false,
+    };
+    Some(NodeReport {
+        role: replication.role,
+        link_up: replication.link_up,
+        sync_in_progress: replication.sync_in_progress,
+        replica_offset: replication.replica_offset,
+        master_repl_offset: replication.master_repl_offset,
+        cluster_ok: info.state_ok,
+        migrating,
+        myself: view.iter().find(|n| n.myself).cloned(),
+        view,
+    })
+}
+
+async fn report_of(member: &Member, call_timeout: Duration) -> Option<NodeReport> {
+    report(member.address?, call_timeout).await
+}
+
+/// Observes every member; an unreachable one is reported as the rest of the cluster sees it.
+pub async fn observe(members: &[Member], call_timeout: Duration) -> Vec<ObservedNode> {
+    let reports = read_reports(members, call_timeout).await;
+    let primaries: HashMap<String, &NodeReport> = reports
+        .values()
+        .filter(|r| r.role == Role::Primary)
+        .filter_map(|r| Some((r.myself.as_ref()?.id.clone(), r)))
+        .collect();
+    // The cluster's view of the nodes that did not answer: a node that sees every slot served
+    // knows the most.
+    let view: Vec<ClusterNode> = reports
+        .values()
+        .find(|r| r.cluster_ok)
+        .or_else(|| reports.values().next())
+        .map(|r| r.view.clone())
+        .unwrap_or_default();
+    members
+        .iter()
+        .map(|member| match reports.get(member.name.as_str()) {
+            Some(report) => answered(member, report, &primaries),
+            None => unanswered(member, &view),
+        })
+        .collect()
+}
+
+/// Every member's report, replicas read a second time after every primary.
+async fn read_reports(members: &[Member], call_timeout: Duration) -> HashMap<&str, NodeReport> {
+    let first = join_all(members.iter().map(|m| report_of(m, call_timeout))).await;
+    let mut reports: HashMap<&str, NodeReport> = members
+        .iter()
+        .map(|m| m.name.as_str())
+        .zip(first)
+        .filter_map(|(name, report)| Some((name, report?)))
+        .collect();
+    let replicas: Vec<&Member> = members
+        .iter()
+        .filter(|m| {
+            reports
+                .get(m.name.as_str())
+                .is_some_and(|r| r.role == Role::Replica)
+        })
+        .collect();
+    for member in replicas {
+        match report_of(member, call_timeout).await {
+            Some(fresh) => reports.insert(member.name.as_str(), fresh),
+            None => reports.remove(member.name.as_str()),
+        };
+    }
+    reports
+}
+
+/// A member that did not answer, as `view` (another node's `CLUSTER NODES`) shows it.
+fn unanswered(member: &Member, view: &[ClusterNode]) -> ObservedNode {
+    let seen = member
+        .id
+        .as_ref()
+        .and_then(|id| view.iter().find(|n| &n.id == id));
+    ObservedNode {
+        name: member.name.clone(),
+        shard: member.shard,
+        revision: member.revision.clone(),
+        lifecycle: member.lifecycle,
+        join_overdue: member.join_overdue,
+        reachable: false,
+        role: match seen {
+            Some(n) if n.primary => Role::Primary,
+            _ => Role::Replica,
+        },
+        sync: None,
+        slots: seen.map(|n| n.slots.clone()).unwrap_or_default(),
+        cluster_ok: false,
+        migrating: false,
+    }
+}
+
+/// A member that answered, its replication judged against its primary's report.
+fn answered(
+    member: &Member,
+    report: &NodeReport,
+    primaries: &HashMap<String, &NodeReport>,
+) -> ObservedNode {
+    let myself = report.myself.as_ref();
+    let primary = myself
+        .and_then(|m| Some((m, m.replica_of.as_ref()?)))
+        .and_then(|(m, id)| Some((m, id, primaries.get(id)?)));
+    let sync = match (report.role, primary) {
+        (Role::Replica, Some((me, primary_id, primary))) => Some(ReplicaSync {
+            link_up: report.link_up,
+            sync_in_progress: report.sync_in_progress,
+            offset: report.replica_offset,
+            primary_offset: primary.master_repl_offset,
+            known_to_primaries: primaries.values().all(|p| {
+                p.view
+                    .iter()
+                    .any(|n| n.id == me.id && n.replica_of.as_ref() == Some(primary_id))
+            }),
+        }),
+        _ => None,
+    };
+    ObservedNode {
+        name: member.name.clone(),
+        shard: member.shard,
+        revision: member.revision.clone(),
+        lifecycle: member.lifecycle,
+        join_overdue: member.join_overdue,
+        reachable: true,
+        role: report.role,
+        sync,
+        slots: myself.map(|m| m.slots.clone()).unwrap_or_default(),
+        cluster_ok: report.cluster_ok,
+        migrating: report.migrating,
+    }
+}

@@ -1,0 +1,148 @@
+//! Performing one planned [`Step`]: one small function per kind of step, every write to a node
+//! through [`crate::valkey`] and every change of what backs a node through the [`NodeHost`].
+
+use super::acl::{DesiredAcl, apply_users};
+use super::{NodeHost, StepError, Timeouts};
+use crate::roll::{DesiredShape, RollMemory, SlotRange, Step};
+use crate::valkey::{NodeClient, forget_everywhere};
+
+/// What a step needs besides the host and the roll memory.
+pub struct StepInputs<'a> {
+    pub desired: &'a DesiredShape,
+    /// The users a node gets before it becomes `Active`, so a primary promoted mid-roll serves
+    /// them.
+    pub acl: &'a DesiredAcl,
+    pub timeouts: &'a Timeouts,
+}
+
+/// What performing a step did, for events and reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A join created this node.
+    Created { node: String },
+    /// The step was carried out (or needed nothing: wait, stall, converged).
+    Done,
+}
+
+type Result<T, H> = std::result::Result<T, StepError<<H as NodeHost>::Error>>;
+
+/// Performs exactly `step`. A failover is recorded in `memory` (and saved by the host) before
+/// it is issued, so a failover whose outcome is unknown is never issued twice.
+pub async fn perform<H: NodeHost>(
+    host: &mut H,
+    step: &Step,
+    memory: &mut RollMemory,
+    inputs: &StepInputs<'_>,
+) -> Result<Outcome, H> {
+    let timeouts = inputs.timeouts;
+    match step {
+        Step::JoinPrimary { shard } => join(host, *shard, &inputs.desired.revision, None).await,
+        Step::JoinReplica { shard, primary } => {
+            join(host, *shard, &inputs.desired.revision, Some(primary)).await
+        }
+        Step::Activate { node, .. } => activate(host, node, inputs).await,
+        Step::AssignSlots { assignments } => assign_slots(host, assignments, timeouts).await,
+        Step::Failover { shard, from, to } => {
+            memory.record_failover(&inputs.desired.revision, *shard);
+            host.save_memory(memory).await.map_err(StepError::Host)?;
+            let old_primary = client(host, from, timeouts).await?;
+            let new_primary = client(host, to, timeouts).await?;
+            new_primary
+                .failover(&old_primary, timeouts.failover)
+                .await?;
+            Ok(Outcome::Done)
+        }
+        Step::MigrateSlots {
+            from, to, slots, ..
+        } => {
+            let target = client(host, to, timeouts).await?.my_id().await?;
+            client(host, from, timeouts)
+                .await?
+                .migrate_slots(&target, slots, timeouts.migration)
+                .await?;
+            Ok(Outcome::Done)
+        }
+        Step::RetireNode { node, .. } => retire(host, node, timeouts).await,
+        Step::Wait { .. } | Step::Stalled { .. } | Step::Converged => Ok(Outcome::Done),
+    }
+}
+
+/// A client of the node `name`, once the host knows its address.
+async fn client<H: NodeHost>(host: &H, name: &str, timeouts: &Timeouts) -> Result<NodeClient, H> {
+    let member = host
+        .members()
+        .into_iter()
+        .find(|m| m.name == name)
+        .ok_or_else(|| StepError::UnknownNode {
+            node: name.to_owned(),
+        })?;
+    let address = member.address.ok_or_else(|| StepError::NoAddress {
+        node: name.to_owned(),
+    })?;
+    Ok(NodeClient::at(address, timeouts.call).await?)
+}
+
+async fn join<H: NodeHost>(
+    host: &mut H,
+    shard: u32,
+    revision: &str,
+    replica_of: Option<&str>,
+) -> Result<Outcome, H> {
+    let node = host
+        .create_node(shard, revision, replica_of)
+        .await
+        .map_err(StepError::Host)?;
+    Ok(Outcome::Created { node })
+}
+
+/// Every `Active` node serves the cluster's users: they are written before it is marked.
+async fn activate<H: NodeHost>(
+    host: &mut H,
+    node: &str,
+    inputs: &StepInputs<'_>,
+) -> Result<Outcome, H> {
+    apply_users(&client(host, node, inputs.timeouts).await?, inputs.acl).await?;
+    host.mark_active(node).await.map_err(StepError::Host)?;
+    Ok(Outcome::Done)
+}
+
+async fn assign_slots<H: NodeHost>(
+    host: &H,
+    assignments: &[(String, Vec<SlotRange>)],
+    timeouts: &Timeouts,
+) -> Result<Outcome, H> {
+    for (node, slots) in assignments {
+        client(host, node, timeouts)
+            .await?
+            .add_slots_range(slots)
+            .await?;
+    }
+    Ok(Outcome::Done)
+}
+
+/// Removes the node, then makes every remaining node that answers forget it (otherwise gossip
+/// would reintroduce it).
+async fn retire<H: NodeHost>(host: &mut H, node: &str, timeouts: &Timeouts) -> Result<Outcome, H> {
+    let id = host
+        .members()
+        .into_iter()
+        .find(|m| m.name == node)
+        .and_then(|m| m.id);
+    host.remove_node(node).await.map_err(StepError::Host)?;
+    let Some(id) = id else {
+        return Ok(Outcome::Done);
+    };
+    let mut remaining = Vec::new();
+    for other in host.members().iter().filter(|m| m.name != node) {
+        let Some(address) = other.address else {
+            continue;
+        };
+        if let Ok(client) = NodeClient::at(address, timeouts.call).await
+            && client.ping().await.is_ok()
+        {
+            remaining.push(client);
+        }
+    }
+    forget_everywhere(&remaining, &id).await?;
+    Ok(Outcome::Done)
+}
