@@ -668,7 +668,7 @@ async fn act(
                 None,
                 "RollStalled",
                 "Plan",
-                reason.clone(),
+                reason.to_string(),
                 true,
             )
             .await;
@@ -956,7 +956,7 @@ fn summarize<'a>(
             now.clone(),
         );
         let problem = match (step, failure) {
-            (Step::Stalled { reason }, _) => Some(("RollStalled", reason.clone())),
+            (Step::Stalled { reason }, _) => Some(("RollStalled", reason.to_string())),
             (_, Some(error)) => Some(("StepFailed", format!("{step}: {error}"))),
             _ => None,
         };

@@ -49,7 +49,7 @@ pub enum DriveError {
     #[error("the planner named {node}, which this driver does not run")]
     UnknownNode { node: String },
     #[error("the roll stalled: {reason}")]
-    Stalled { reason: String },
+    Stalled { reason: crate::roll::StallReason },
     #[error("not converged within {waited:?}; last step: {last}")]
     Deadline { waited: Duration, last: String },
 }
