@@ -222,40 +222,11 @@ impl ClusterRender<'_> {
     }
 
     fn container(&self, image: &str) -> Container {
-        let mut args: Vec<String> = [
-            ("--port", VALKEY_PORT.to_string()),
-            ("--bind", "$(POD_IP)".to_string()),
-            ("--protected-mode", "no".to_string()),
-            ("--daemonize", "no".to_string()),
-            ("--dir", DATA_DIR.to_string()),
-            ("--cluster-enabled", "yes".to_string()),
-            ("--cluster-config-file", format!("{DATA_DIR}/nodes.conf")),
-            ("--cluster-announce-ip", "$(POD_IP)".to_string()),
-        ]
-        .into_iter()
-        .flat_map(|(flag, value)| [flag.to_string(), value])
-        .collect();
-        for (name, value) in self.valkey_settings() {
-            args.push(format!("--{name}"));
-            args.push(value);
-        }
-        let resources = &self.effective.resources;
-        let requests: BTreeMap<_, _> = [("cpu", &resources.cpu), ("memory", &resources.memory)]
-            .into_iter()
-            .filter_map(|(name, q)| q.clone().map(|q| (name.to_string(), q)))
-            .collect();
-        // Memory is limited (Valkey's maxmemory lives under it); CPU is not, to avoid throttling.
-        let limits: BTreeMap<_, _> = resources
-            .memory
-            .clone()
-            .map(|m| ("memory".to_string(), m))
-            .into_iter()
-            .collect();
         Container {
             name: CONTAINER.into(),
             image: Some(image.to_string()),
             command: Some(vec!["valkey-server".into()]),
-            args: Some(args),
+            args: Some(self.server_args()),
             env: Some(vec![EnvVar {
                 name: "POD_IP".into(),
                 value_from: Some(EnvVarSource {
@@ -277,11 +248,7 @@ impl ClusterRender<'_> {
                     })
                     .collect(),
             ),
-            resources: Some(ResourceRequirements {
-                requests: (!requests.is_empty()).then_some(requests),
-                limits: (!limits.is_empty()).then_some(limits),
-                ..Default::default()
-            }),
+            resources: Some(self.resources()),
             readiness_probe: Some(Probe {
                 tcp_socket: Some(TCPSocketAction {
                     port: IntOrString::Int(VALKEY_PORT),
@@ -295,6 +262,49 @@ impl ClusterRender<'_> {
                 mount_path: DATA_DIR.into(),
                 ..Default::default()
             }]),
+            ..Default::default()
+        }
+    }
+
+    /// `valkey-server`'s arguments: the cluster-mode basics, then every Valkey setting.
+    fn server_args(&self) -> Vec<String> {
+        let mut args: Vec<String> = [
+            ("--port", VALKEY_PORT.to_string()),
+            ("--bind", "$(POD_IP)".to_string()),
+            ("--protected-mode", "no".to_string()),
+            ("--daemonize", "no".to_string()),
+            ("--dir", DATA_DIR.to_string()),
+            ("--cluster-enabled", "yes".to_string()),
+            ("--cluster-config-file", format!("{DATA_DIR}/nodes.conf")),
+            ("--cluster-announce-ip", "$(POD_IP)".to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_string(), value])
+        .collect();
+        for (name, value) in self.valkey_settings() {
+            args.push(format!("--{name}"));
+            args.push(value);
+        }
+        args
+    }
+
+    /// Requests for what the config sets; a limit on memory only.
+    fn resources(&self) -> ResourceRequirements {
+        let resources = &self.effective.resources;
+        let requests: BTreeMap<_, _> = [("cpu", &resources.cpu), ("memory", &resources.memory)]
+            .into_iter()
+            .filter_map(|(name, q)| q.clone().map(|q| (name.to_string(), q)))
+            .collect();
+        // Memory is limited (Valkey's maxmemory lives under it); CPU is not, to avoid throttling.
+        let limits: BTreeMap<_, _> = resources
+            .memory
+            .clone()
+            .map(|m| ("memory".to_string(), m))
+            .into_iter()
+            .collect();
+        ResourceRequirements {
+            requests: (!requests.is_empty()).then_some(requests),
+            limits: (!limits.is_empty()).then_some(limits),
             ..Default::default()
         }
     }
