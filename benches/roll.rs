@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use roll_support::*;
 use tokio::time::Instant;
+use valkey_operator::roll::slots::SLOT_COUNT;
 use valkey_operator::roll::{SlotRange, Step};
 use valkey_operator::runtime::driver::{Roller, StepRecord};
 use valkey_operator::runtime::local::LocalRuntime;
@@ -39,7 +40,7 @@ async fn preload(addresses: &[String], count: u64, value_bytes: usize) {
     let client = NodeClient::connect(&addresses[0], Duration::from_secs(2))
         .await
         .unwrap();
-    let mut owners: Vec<String> = vec![String::new(); 16384];
+    let mut owners: Vec<String> = vec![String::new(); SLOT_COUNT as usize];
     for node in client.cluster_nodes().await.unwrap() {
         for range in &node.slots {
             for slot in range.start..=range.end {

@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
 };
@@ -31,112 +32,111 @@ pub struct RollProgress {
     pub in_progress: bool,
 }
 
+/// Labels of the per-cluster series.
+const PER_CLUSTER: [&str; 2] = ["namespace", "cluster"];
+const WEBHOOK_BUCKETS: [f64; 11] = [
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+];
+const FAILOVER_BUCKETS: [f64; 8] = [0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0];
+const RECONCILE_BUCKETS: [f64; 10] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+/// Creates metrics and registers each one as it is created.
+struct Registrar<'a>(&'a Registry);
+
+impl Registrar<'_> {
+    fn add<C: Collector + Clone + 'static>(&self, collector: C) -> Result<C, prometheus::Error> {
+        self.0.register(Box::new(collector.clone()))?;
+        Ok(collector)
+    }
+
+    fn counter(
+        &self,
+        name: &str,
+        help: &str,
+        labels: &[&str],
+    ) -> Result<IntCounterVec, prometheus::Error> {
+        self.add(IntCounterVec::new(Opts::new(name, help), labels)?)
+    }
+
+    fn histogram(
+        &self,
+        name: &str,
+        help: &str,
+        buckets: &[f64],
+        labels: &[&str],
+    ) -> Result<HistogramVec, prometheus::Error> {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        self.add(HistogramVec::new(opts, labels)?)
+    }
+
+    /// A gauge per cluster.
+    fn gauge(&self, name: &str, help: &str) -> Result<IntGaugeVec, prometheus::Error> {
+        self.add(IntGaugeVec::new(Opts::new(name, help), &PER_CLUSTER)?)
+    }
+}
+
 impl Metrics {
     pub fn new() -> Result<Self, prometheus::Error> {
         let registry = Registry::new_custom(Some("valkey_operator".into()), None)?;
-        let webhook_requests = IntCounterVec::new(
-            Opts::new(
+        let add = Registrar(&registry);
+        Ok(Self {
+            webhook_requests: add.counter(
                 "webhook_requests_total",
                 "Admission requests by kind, operation and result (allowed, warned, denied, invalid).",
-            ),
-            &["kind", "operation", "result"],
-        )?;
-        let webhook_duration = HistogramVec::new(
-            HistogramOpts::new(
+                &["kind", "operation", "result"],
+            )?,
+            webhook_duration: add.histogram(
                 "webhook_duration_seconds",
                 "Time to answer an admission request, by kind.",
-            )
-            .buckets(vec![
-                0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-            ]),
-            &["kind"],
-        )?;
-        let certificate_reloads = IntCounterVec::new(
-            Opts::new(
+                &WEBHOOK_BUCKETS,
+                &["kind"],
+            )?,
+            certificate_reloads: add.counter(
                 "certificate_reloads_total",
                 "Serving certificate reloads after the files changed, by result (ok, failed).",
-            ),
-            &["result"],
-        )?;
-        let per_cluster = ["namespace", "cluster"];
-        let gauge = |name: &str, help: &str| IntGaugeVec::new(Opts::new(name, help), &per_cluster);
-        let cluster_shards = gauge("cluster_shards", "Shards a ValkeyCluster asks for.")?;
-        let cluster_shards_up_to_date = gauge(
-            "cluster_shards_up_to_date",
-            "Shards whose every node runs the desired revision.",
-        )?;
-        let cluster_outdated_nodes = gauge(
-            "cluster_outdated_nodes",
-            "Nodes not yet on the desired revision.",
-        )?;
-        let cluster_roll_in_progress = gauge(
-            "cluster_roll_in_progress",
-            "1 while the cluster is being changed (rolled, scaled, healed), else 0.",
-        )?;
-        let failovers = IntCounterVec::new(
-            Opts::new("failovers_total", "Planned failovers issued, by cluster."),
-            &per_cluster,
-        )?;
-        let failover_duration = HistogramVec::new(
-            HistogramOpts::new(
+                &["result"],
+            )?,
+            cluster_shards: add.gauge("cluster_shards", "Shards a ValkeyCluster asks for.")?,
+            cluster_shards_up_to_date: add.gauge(
+                "cluster_shards_up_to_date",
+                "Shards whose every node runs the desired revision.",
+            )?,
+            cluster_outdated_nodes: add.gauge(
+                "cluster_outdated_nodes",
+                "Nodes not yet on the desired revision.",
+            )?,
+            cluster_roll_in_progress: add.gauge(
+                "cluster_roll_in_progress",
+                "1 while the cluster is being changed (rolled, scaled, healed), else 0.",
+            )?,
+            failovers: add.counter(
+                "failovers_total",
+                "Planned failovers issued, by cluster.",
+                &PER_CLUSTER,
+            )?,
+            failover_duration: add.histogram(
                 "failover_duration_seconds",
                 "From CLUSTER FAILOVER to the roles having changed.",
-            )
-            .buckets(vec![0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0]),
-            &["result"],
-        )?;
-        let slot_migrations = IntCounterVec::new(
-            Opts::new(
+                &FAILOVER_BUCKETS,
+                &["result"],
+            )?,
+            slot_migrations: add.counter(
                 "slot_migrations_total",
                 "Atomic slot migrations, by cluster and result.",
-            ),
-            &["namespace", "cluster", "result"],
-        )?;
-        let reconcile_duration = HistogramVec::new(
-            HistogramOpts::new(
+                &["namespace", "cluster", "result"],
+            )?,
+            reconcile_duration: add.histogram(
                 "reconcile_duration_seconds",
                 "One reconcile of a ValkeyCluster.",
-            )
-            .buckets(vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]),
-            &[],
-        )?;
-        let reconcile_errors = IntCounterVec::new(
-            Opts::new(
+                &RECONCILE_BUCKETS,
+                &[],
+            )?,
+            reconcile_errors: add.counter(
                 "reconcile_errors_total",
                 "Failed reconciles, by a bounded category.",
-            ),
-            &["category"],
-        )?;
-        for collector in [
-            Box::new(webhook_requests.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(webhook_duration.clone()),
-            Box::new(certificate_reloads.clone()),
-            Box::new(cluster_shards.clone()),
-            Box::new(cluster_shards_up_to_date.clone()),
-            Box::new(cluster_outdated_nodes.clone()),
-            Box::new(cluster_roll_in_progress.clone()),
-            Box::new(failovers.clone()),
-            Box::new(failover_duration.clone()),
-            Box::new(slot_migrations.clone()),
-            Box::new(reconcile_duration.clone()),
-            Box::new(reconcile_errors.clone()),
-        ] {
-            registry.register(collector)?;
-        }
-        Ok(Self {
+                &["category"],
+            )?,
             registry,
-            webhook_requests,
-            webhook_duration,
-            certificate_reloads,
-            cluster_shards,
-            cluster_shards_up_to_date,
-            cluster_outdated_nodes,
-            cluster_roll_in_progress,
-            failovers,
-            failover_duration,
-            slot_migrations,
-            reconcile_duration,
-            reconcile_errors,
         })
     }
 

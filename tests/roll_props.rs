@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, HashSet};
 use proptest::prelude::*;
 use valkey_operator::roll::slots::{bootstrap_range, target_count};
 use valkey_operator::roll::{
-    DesiredShape, Lifecycle, ObservedNode, ReplicaSync, Role, RollMemory, SlotRange, Step, plan,
+    DesiredShape, Lifecycle, ObservedNode, ReplicaSync, Role, RollMemory, SlotRange, StallReason,
+    Step, plan,
 };
 
 const OLD: &str = "9.0.0";
@@ -344,8 +345,14 @@ fn run(start: &Start, desired: &DesiredShape, dice: Vec<bool>, failures_allowed:
         sim.nodes
     );
     let last = plan(desired, &sim.nodes, &sim.memory);
+    // The simulation fails only failovers and joins: the stall must name that failure.
     assert!(
-        matches!(last, Step::Stalled { .. }),
+        matches!(
+            last,
+            Step::Stalled {
+                reason: StallReason::FailoverIncomplete { .. } | StallReason::JoinOverdue { .. }
+            }
+        ),
         "a failed step must end in a stall, got {last}"
     );
 }
@@ -464,18 +471,21 @@ fn a_stalled_join_is_abandoned_once_the_spec_moves_past_it() {
         failures_allowed: true,
         failed: false,
     };
-    let mut stalled = false;
+    let mut stalled = None;
     for _ in 0..20 {
         let step = plan(&broken, &sim.nodes, &sim.memory);
-        if matches!(step, Step::Stalled { .. }) {
-            stalled = true;
+        if let Step::Stalled { reason } = step {
+            stalled = Some(reason);
             break;
         }
         sim.apply(&step, &broken);
         sim.tick();
     }
-    assert!(stalled, "the broken join never stalled the roll");
     let stuck: Vec<String> = sim.never_ready.iter().cloned().collect();
+    match stalled {
+        Some(StallReason::JoinOverdue { node, .. }) => assert_eq!([node], stuck.as_slice()),
+        other => panic!("expected the broken join to stall the roll, got {other:?}"),
+    }
 
     // The fix: a revision that starts. The stuck node goes first, then the roll proceeds.
     let fixed = DesiredShape {

@@ -10,10 +10,11 @@ use super::impact::{config_ref_image_change, judge_config_ref_switch};
 use super::version::check_floor;
 use super::{Review, Verdict, clip};
 use crate::acl;
-use crate::api::{RESERVED_PREFIX, ValkeyCluster};
+use crate::api::{RESERVED_PREFIX, ValkeyCluster, ValkeyClusterSpec};
 use crate::fleet::Fleet;
 use crate::resolve::{self, ResolveError};
 
+/// Every check of a created or updated cluster; the switch warning only once nothing was refused.
 pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet) -> Verdict {
     let mut verdict = Verdict::default();
     if !matches!(review.operation, Operation::Create | Operation::Update) {
@@ -24,7 +25,34 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet) -> Verdic
         return verdict;
     };
     let spec = &cluster.spec;
+    check_pod_annotations(spec, &mut verdict);
+    if let Some(old) = review.old
+        && old.spec.tls != spec.tls
+    {
+        verdict.deny(
+            "spec.tls is set at creation only and cannot be added, changed or removed; create a new ValkeyCluster to change TLS",
+        );
+    }
+    check_acl(spec, fleet, &mut verdict);
+    check_config_ref(spec, fleet, &mut verdict);
+    if let Some(old) = review.old
+        && old.spec.config_ref != spec.config_ref
+        && verdict.allowed()
+        && let Some((from, to)) =
+            config_ref_image_change(fleet, &old.spec.config_ref, &spec.config_ref)
+    {
+        judge_config_ref_switch(
+            &old.spec.config_ref,
+            &spec.config_ref,
+            &from,
+            &to,
+            &mut verdict,
+        );
+    }
+    verdict
+}
 
+fn check_pod_annotations(spec: &ValkeyClusterSpec, verdict: &mut Verdict) {
     let reserved: Vec<&String> = spec
         .pod_annotations
         .keys()
@@ -35,13 +63,10 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet) -> Verdic
             "spec.podAnnotations: keys under {RESERVED_PREFIX} are reserved for the operator ({reserved:?}); use another prefix"
         ));
     }
-    if let Some(old) = review.old
-        && old.spec.tls != spec.tls
-    {
-        verdict.deny(
-            "spec.tls is set at creation only and cannot be added, changed or removed; create a new ValkeyCluster to change TLS",
-        );
-    }
+}
+
+/// Each user once, never `default`; a role that does not exist yet only warns.
+fn check_acl(spec: &ValkeyClusterSpec, fleet: &Fleet, verdict: &mut Verdict) {
     let mut usernames = BTreeSet::new();
     for (index, user) in spec.acl.iter().enumerate() {
         if !usernames.insert(user.username.as_str()) {
@@ -66,7 +91,10 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet) -> Verdic
             }
         }
     }
+}
 
+/// `configRef` resolves to an image at or above the floor; a missing object only warns.
+fn check_config_ref(spec: &ValkeyClusterSpec, fleet: &Fleet, verdict: &mut Verdict) {
     match resolve::resolve(&spec.config_ref, fleet) {
         Ok(effective) => {
             if let Err(problem) = check_floor(&effective.image.spec.version) {
@@ -87,20 +115,4 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet) -> Verdic
         }
         Err(error) => verdict.deny(format!("spec.configRef: {error}")),
     }
-
-    if let Some(old) = review.old
-        && old.spec.config_ref != spec.config_ref
-        && verdict.allowed()
-        && let Some((from, to)) =
-            config_ref_image_change(fleet, &old.spec.config_ref, &spec.config_ref)
-    {
-        judge_config_ref_switch(
-            &old.spec.config_ref,
-            &spec.config_ref,
-            &from,
-            &to,
-            &mut verdict,
-        );
-    }
-    verdict
 }

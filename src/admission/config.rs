@@ -8,7 +8,7 @@ use kube::core::admission::Operation;
 use super::impact::{config_image_change, judge_config_change};
 use super::version::check_floor;
 use super::{Policy, Review, Verdict, clip, plural, some_of};
-use crate::api::{ValkeyConfig, annotations};
+use crate::api::{ValkeyConfig, ValkeyConfigSpec, annotations};
 use crate::fleet::Fleet;
 use crate::resolve::{self, ResolveError, WithConfig};
 use crate::setting_impact::is_operator_owned;
@@ -33,6 +33,8 @@ pub fn validate_config(review: &Review<ValkeyConfig>, fleet: &Fleet, policy: &Po
     verdict
 }
 
+/// A created or updated config: its settings, then every chain through it, then what the change
+/// does to the fleet (only once nothing was refused).
 fn validate_spec(
     review: &Review<ValkeyConfig>,
     config: &ValkeyConfig,
@@ -41,8 +43,19 @@ fn validate_spec(
     verdict: &mut Verdict,
 ) {
     let name = review.name;
-    let spec = &config.spec;
+    check_setting_names(&config.spec, verdict);
+    if !check_chains(name, &config.spec, fleet, verdict) {
+        return;
+    }
+    match review.operation {
+        Operation::Update => judge_image_change(config, name, fleet, policy, verdict),
+        Operation::Create => warn_waiting_clusters(name, fleet, verdict),
+        _ => {}
+    }
+}
 
+/// `spec.valkey` names neither operator-owned settings nor anything that is not a setting name.
+fn check_setting_names(spec: &ValkeyConfigSpec, verdict: &mut Verdict) {
     let owned: Vec<&str> = spec
         .valkey
         .keys()
@@ -73,75 +86,97 @@ fn validate_spec(
             if malformed.len() == 1 { "is" } else { "are" }
         ));
     }
+}
 
-    // Resolve this config and every config inheriting from it as if the change were stored.
+/// Resolve this config and every config inheriting from it as if the change were stored.
+/// Returns `false` as soon as the verdict is a denial (nothing further is checked then).
+fn check_chains(name: &str, spec: &ValkeyConfigSpec, fleet: &Fleet, verdict: &mut Verdict) -> bool {
     let candidate = WithConfig {
         inner: fleet,
         name,
         spec: Some(spec),
     };
     for (i, dependent) in fleet.config_and_descendants(name).iter().enumerate() {
-        let subject = if i == 0 {
-            String::new()
-        } else {
-            format!("ValkeyConfig {dependent}, which inherits from {name}: ")
-        };
-        match resolve::resolve(dependent, &candidate) {
-            Ok(effective) => {
-                if let Err(problem) = check_floor(&effective.image.spec.version) {
-                    verdict.deny(format!(
-                        "spec.imageRef: {subject}the effective image {} (chain {}) has version {problem}",
-                        effective.image.name, effective.chain
-                    ));
-                }
-            }
-            Err(error @ ResolveError::MissingConfig { .. }) if i == 0 => verdict.warn(clip(format!(
-                "spec.baseRef: {error}; this config takes effect once it is created."
-            ))),
-            Err(error @ ResolveError::MissingImage { .. }) if i == 0 => verdict.warn(clip(format!(
-                "spec.imageRef: {error}; clusters on this config wait until it is created."
-            ))),
-            Err(error) if error.is_missing_object() => {}
-            Err(error @ (ResolveError::Cycle { .. } | ResolveError::TooDeep { .. })) => verdict
-                .deny(format!(
-                    "spec.baseRef: {subject}{error}; point baseRef at a config whose chain ends within {} configs and never returns to {name}",
-                    resolve::MAX_CHAIN_DEPTH
-                )),
-            Err(error) => verdict.deny(format!(
-                "spec.imageRef: {subject}{error}; set spec.imageRef here or in a base config"
-            )),
-        }
+        check_chain(name, dependent, i == 0, &candidate, verdict);
         if !verdict.allowed() {
-            return;
+            return false;
         }
     }
+    true
+}
 
-    match review.operation {
-        Operation::Update => {
-            if let Some(change) = config_image_change(fleet, name, Some(spec)) {
-                let acknowledgement = config
-                    .annotations()
-                    .get(annotations::ACKNOWLEDGE_FLEET_ROLL)
-                    .map(String::as_str);
-                judge_config_change(&change, name, acknowledgement, policy, verdict);
+/// One chain: `dependent` is the config under review itself (`own`) or inherits from it. A
+/// missing object only warns, and only for the config's own references.
+fn check_chain(
+    name: &str,
+    dependent: &str,
+    own: bool,
+    candidate: &WithConfig<'_, Fleet>,
+    verdict: &mut Verdict,
+) {
+    let subject = if own {
+        String::new()
+    } else {
+        format!("ValkeyConfig {dependent}, which inherits from {name}: ")
+    };
+    match resolve::resolve(dependent, candidate) {
+        Ok(effective) => {
+            if let Err(problem) = check_floor(&effective.image.spec.version) {
+                verdict.deny(format!(
+                    "spec.imageRef: {subject}the effective image {} (chain {}) has version {problem}",
+                    effective.image.name, effective.chain
+                ));
             }
         }
-        Operation::Create => {
-            let waiting = fleet.clusters_resolving_through(name);
-            if !waiting.is_empty() {
-                verdict.warn(clip(format!(
-                    "{} already {} this config and will start now: {}.",
-                    plural(waiting.len(), "ValkeyCluster"),
-                    if waiting.len() == 1 {
-                        "references"
-                    } else {
-                        "reference"
-                    },
-                    some_of(&waiting, 3)
-                )));
-            }
-        }
-        _ => {}
+        Err(error @ ResolveError::MissingConfig { .. }) if own => verdict.warn(clip(format!(
+            "spec.baseRef: {error}; this config takes effect once it is created."
+        ))),
+        Err(error @ ResolveError::MissingImage { .. }) if own => verdict.warn(clip(format!(
+            "spec.imageRef: {error}; clusters on this config wait until it is created."
+        ))),
+        Err(error) if error.is_missing_object() => {}
+        Err(error @ (ResolveError::Cycle { .. } | ResolveError::TooDeep { .. })) => verdict
+            .deny(format!(
+                "spec.baseRef: {subject}{error}; point baseRef at a config whose chain ends within {} configs and never returns to {name}",
+                resolve::MAX_CHAIN_DEPTH
+            )),
+        Err(error) => verdict.deny(format!(
+            "spec.imageRef: {subject}{error}; set spec.imageRef here or in a base config"
+        )),
+    }
+}
+
+/// An update that changes the effective image rolls every cluster resolving through the config.
+fn judge_image_change(
+    config: &ValkeyConfig,
+    name: &str,
+    fleet: &Fleet,
+    policy: &Policy,
+    verdict: &mut Verdict,
+) {
+    if let Some(change) = config_image_change(fleet, name, Some(&config.spec)) {
+        let acknowledgement = config
+            .annotations()
+            .get(annotations::ACKNOWLEDGE_FLEET_ROLL)
+            .map(String::as_str);
+        judge_config_change(&change, name, acknowledgement, policy, verdict);
+    }
+}
+
+/// Clusters created before their config start as soon as it is.
+fn warn_waiting_clusters(name: &str, fleet: &Fleet, verdict: &mut Verdict) {
+    let waiting = fleet.clusters_resolving_through(name);
+    if !waiting.is_empty() {
+        verdict.warn(clip(format!(
+            "{} already {} this config and will start now: {}.",
+            plural(waiting.len(), "ValkeyCluster"),
+            if waiting.len() == 1 {
+                "references"
+            } else {
+                "reference"
+            },
+            some_of(&waiting, 3)
+        )));
     }
 }
 

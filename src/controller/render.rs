@@ -222,40 +222,11 @@ impl ClusterRender<'_> {
     }
 
     fn container(&self, image: &str) -> Container {
-        let mut args: Vec<String> = [
-            ("--port", VALKEY_PORT.to_string()),
-            ("--bind", "$(POD_IP)".to_string()),
-            ("--protected-mode", "no".to_string()),
-            ("--daemonize", "no".to_string()),
-            ("--dir", DATA_DIR.to_string()),
-            ("--cluster-enabled", "yes".to_string()),
-            ("--cluster-config-file", format!("{DATA_DIR}/nodes.conf")),
-            ("--cluster-announce-ip", "$(POD_IP)".to_string()),
-        ]
-        .into_iter()
-        .flat_map(|(flag, value)| [flag.to_string(), value])
-        .collect();
-        for (name, value) in self.valkey_settings() {
-            args.push(format!("--{name}"));
-            args.push(value);
-        }
-        let resources = &self.effective.resources;
-        let requests: BTreeMap<_, _> = [("cpu", &resources.cpu), ("memory", &resources.memory)]
-            .into_iter()
-            .filter_map(|(name, q)| q.clone().map(|q| (name.to_string(), q)))
-            .collect();
-        // Memory is limited (Valkey's maxmemory lives under it); CPU is not, to avoid throttling.
-        let limits: BTreeMap<_, _> = resources
-            .memory
-            .clone()
-            .map(|m| ("memory".to_string(), m))
-            .into_iter()
-            .collect();
         Container {
             name: CONTAINER.into(),
             image: Some(image.to_string()),
             command: Some(vec!["valkey-server".into()]),
-            args: Some(args),
+            args: Some(self.server_args()),
             env: Some(vec![EnvVar {
                 name: "POD_IP".into(),
                 value_from: Some(EnvVarSource {
@@ -277,11 +248,7 @@ impl ClusterRender<'_> {
                     })
                     .collect(),
             ),
-            resources: Some(ResourceRequirements {
-                requests: (!requests.is_empty()).then_some(requests),
-                limits: (!limits.is_empty()).then_some(limits),
-                ..Default::default()
-            }),
+            resources: Some(self.resources()),
             readiness_probe: Some(Probe {
                 tcp_socket: Some(TCPSocketAction {
                     port: IntOrString::Int(VALKEY_PORT),
@@ -295,6 +262,49 @@ impl ClusterRender<'_> {
                 mount_path: DATA_DIR.into(),
                 ..Default::default()
             }]),
+            ..Default::default()
+        }
+    }
+
+    /// `valkey-server`'s arguments: the cluster-mode basics, then every Valkey setting.
+    fn server_args(&self) -> Vec<String> {
+        let mut args: Vec<String> = [
+            ("--port", VALKEY_PORT.to_string()),
+            ("--bind", "$(POD_IP)".to_string()),
+            ("--protected-mode", "no".to_string()),
+            ("--daemonize", "no".to_string()),
+            ("--dir", DATA_DIR.to_string()),
+            ("--cluster-enabled", "yes".to_string()),
+            ("--cluster-config-file", format!("{DATA_DIR}/nodes.conf")),
+            ("--cluster-announce-ip", "$(POD_IP)".to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(flag, value)| [flag.to_string(), value])
+        .collect();
+        for (name, value) in self.valkey_settings() {
+            args.push(format!("--{name}"));
+            args.push(value);
+        }
+        args
+    }
+
+    /// Requests for what the config sets; a limit on memory only.
+    fn resources(&self) -> ResourceRequirements {
+        let resources = &self.effective.resources;
+        let requests: BTreeMap<_, _> = [("cpu", &resources.cpu), ("memory", &resources.memory)]
+            .into_iter()
+            .filter_map(|(name, q)| q.clone().map(|q| (name.to_string(), q)))
+            .collect();
+        // Memory is limited (Valkey's maxmemory lives under it); CPU is not, to avoid throttling.
+        let limits: BTreeMap<_, _> = resources
+            .memory
+            .clone()
+            .map(|m| ("memory".to_string(), m))
+            .into_iter()
+            .collect();
+        ResourceRequirements {
+            requests: (!requests.is_empty()).then_some(requests),
+            limits: (!limits.is_empty()).then_some(limits),
             ..Default::default()
         }
     }
@@ -420,317 +430,5 @@ pub fn role_label(role: NodeRole) -> &'static str {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::{Placement, ValkeyImageSpec};
-    use crate::resolve::{Chain, ResolvedImage};
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-
-    fn cluster() -> ValkeyCluster {
-        let mut cluster = ValkeyCluster::new(
-            "orders",
-            ValkeyClusterSpec {
-                config_ref: "standard".into(),
-                shards: 3,
-                replicas_per_shard: 1,
-                acl: vec![],
-                tls: None,
-                placement: None,
-                pod_annotations: BTreeMap::from([("team".to_string(), "payments".to_string())]),
-            },
-        );
-        cluster.metadata.namespace = Some("team-a".into());
-        cluster.metadata.uid = Some("cluster-uid".into());
-        cluster
-    }
-
-    fn effective(version: &str) -> EffectiveConfig {
-        EffectiveConfig {
-            chain: Chain(vec!["standard".into()]),
-            image: ResolvedImage {
-                name: format!("valkey-{version}"),
-                spec: ValkeyImageSpec {
-                    repository: "valkey/valkey".into(),
-                    tag: version.into(),
-                    version: version.into(),
-                },
-            },
-            resources: crate::api::NodeResources {
-                cpu: Some(Quantity("500m".into())),
-                memory: Some(Quantity("1Gi".into())),
-            },
-            valkey: BTreeMap::from([
-                ("maxmemory".to_string(), "768mb".to_string()),
-                ("databases".to_string(), "16".to_string()),
-            ]),
-        }
-    }
-
-    #[test]
-    fn the_config_overrides_the_roll_defaults() {
-        let cluster = cluster();
-        let mut tuned = effective("9.0.0");
-        tuned
-            .valkey
-            .insert("repl-diskless-sync-delay".into(), "3".into());
-        let render = ClusterRender {
-            cluster: &cluster,
-            effective: &tuned,
-            default_zone_spread: ZoneSpread::BestEffort,
-        };
-        let settings = render.live_settings();
-        assert_eq!(settings["repl-diskless-sync-delay"], "3");
-        assert_eq!(settings["cluster-allow-replica-migration"], "no");
-        // databases needs a restart: in the arguments, never set live.
-        assert!(!settings.contains_key("databases"));
-    }
-
-    fn revision(cluster: &ValkeyCluster, effective: &EffectiveConfig) -> String {
-        ClusterRender {
-            cluster,
-            effective,
-            default_zone_spread: ZoneSpread::BestEffort,
-        }
-        .revision()
-    }
-
-    #[test]
-    fn the_revision_moves_only_with_what_forces_a_replacement() {
-        let base_cluster = cluster();
-        let base = effective("9.0.0");
-        let original = revision(&base_cluster, &base);
-        assert_eq!(original.len(), 12);
-
-        let mut replaced = Vec::new();
-        replaced.push(revision(&base_cluster, &effective("9.1.2")));
-        let mut bigger = base.clone();
-        bigger.resources.memory = Some(Quantity("2Gi".into()));
-        replaced.push(revision(&base_cluster, &bigger));
-        let mut restart_setting = base.clone();
-        restart_setting
-            .valkey
-            .insert("databases".into(), "32".into());
-        replaced.push(revision(&base_cluster, &restart_setting));
-        let mut zoned = base_cluster.clone();
-        zoned.spec.placement = Some(Placement {
-            zones: vec!["b".into(), "a".into()],
-            ..Default::default()
-        });
-        replaced.push(revision(&zoned, &base));
-        for changed in &replaced {
-            assert_ne!(changed, &original);
-        }
-
-        let mut live_setting = base.clone();
-        live_setting.valkey.insert("maxmemory".into(), "1gb".into());
-        let mut untouched = base_cluster.clone();
-        untouched.spec.shards = 5;
-        untouched.spec.replicas_per_shard = 2;
-        untouched
-            .spec
-            .pod_annotations
-            .insert("new".into(), "annotation".into());
-        untouched.spec.placement = Some(Placement {
-            zone_spread: Some(ZoneSpread::Required),
-            ..Default::default()
-        });
-        assert_eq!(revision(&base_cluster, &live_setting), original);
-        assert_eq!(revision(&untouched, &base), original);
-
-        // Zone order does not matter.
-        let mut reordered = zoned.clone();
-        reordered.spec.placement = Some(Placement {
-            zones: vec!["a".into(), "b".into(), "a".into()],
-            ..Default::default()
-        });
-        assert_eq!(revision(&reordered, &base), revision(&zoned, &base));
-    }
-
-    #[test]
-    fn a_pod_runs_the_node_with_its_settings_labels_and_owner() {
-        let cluster = cluster();
-        let effective = effective("9.1.2");
-        let render = ClusterRender {
-            cluster: &cluster,
-            effective: &effective,
-            default_zone_spread: ZoneSpread::BestEffort,
-        };
-        let mut node = render.node("orders-1-a1b2", 1);
-        assert_eq!(node.spec.version, "9.1.2");
-        assert_eq!(node.spec.image, "valkey/valkey:9.1.2");
-        assert_eq!(
-            node.metadata.owner_references.as_ref().unwrap()[0].kind,
-            "ValkeyCluster"
-        );
-        node.metadata.uid = Some("node-uid".into());
-
-        let pod = render.pod(&node, NodeRole::Replica);
-        let labels = pod.metadata.labels.clone().unwrap();
-        assert_eq!(labels[labels::CLUSTER], "orders");
-        assert_eq!(labels[labels::SHARD], "1");
-        assert_eq!(labels[labels::ROLE], "replica");
-        assert_eq!(labels[labels::MANAGED_BY], "valkey-operator");
-        let annotations = pod.metadata.annotations.clone().unwrap();
-        assert_eq!(annotations["team"], "payments");
-        assert_eq!(annotations[REVISION_ANNOTATION], node.spec.revision);
-        assert_eq!(pod.metadata.owner_references.unwrap()[0].kind, "ValkeyNode");
-
-        let spec = pod.spec.unwrap();
-        let container = &spec.containers[0];
-        assert_eq!(container.image.as_deref(), Some("valkey/valkey:9.1.2"));
-        let args = container.args.clone().unwrap().join(" ");
-        assert!(args.contains("--bind $(POD_IP)"), "{args}");
-        assert!(args.contains("--cluster-announce-ip $(POD_IP)"), "{args}");
-        assert!(args.contains("--cluster-enabled yes"), "{args}");
-        assert!(args.contains("--databases 16 --maxmemory 768mb"), "{args}");
-        assert!(args.contains("--repl-diskless-sync-delay 0"), "{args}");
-        assert!(
-            args.contains("--cluster-allow-replica-migration no"),
-            "{args}"
-        );
-        let env = &container.env.as_ref().unwrap()[0];
-        assert_eq!(
-            env.value_from
-                .as_ref()
-                .unwrap()
-                .field_ref
-                .as_ref()
-                .unwrap()
-                .field_path,
-            "status.podIP"
-        );
-        let resources = container.resources.as_ref().unwrap();
-        assert_eq!(
-            resources.requests.as_ref().unwrap()["cpu"],
-            Quantity("500m".into())
-        );
-        assert_eq!(
-            resources
-                .limits
-                .as_ref()
-                .unwrap()
-                .keys()
-                .collect::<Vec<_>>(),
-            ["memory"]
-        );
-        assert_eq!(
-            render.live_settings().keys().collect::<Vec<_>>(),
-            [
-                "cluster-allow-replica-migration",
-                "maxmemory",
-                "repl-diskless-sync-delay"
-            ]
-        );
-    }
-
-    #[test]
-    fn placement_becomes_affinity_and_spread() {
-        let mut cluster = cluster();
-        let effective = effective("9.0.0");
-        let spreads = |cluster: &ValkeyCluster, default| {
-            let render = ClusterRender {
-                cluster,
-                effective: &effective,
-                default_zone_spread: default,
-            };
-            let mut node = render.node("orders-0-x", 0);
-            node.metadata.uid = Some("u".into());
-            render.pod(&node, NodeRole::Primary).spec.unwrap()
-        };
-        let best_effort = spreads(&cluster, ZoneSpread::BestEffort);
-        assert!(best_effort.affinity.is_none());
-        let constraints = best_effort.topology_spread_constraints.unwrap();
-        let modes: Vec<_> = constraints
-            .iter()
-            .map(|c| (c.topology_key.as_str(), c.when_unsatisfiable.as_str()))
-            .collect();
-        assert_eq!(
-            modes,
-            [
-                (ZONE_KEY, "ScheduleAnyway"),
-                (HOSTNAME_KEY, "ScheduleAnyway")
-            ]
-        );
-
-        // The operator's default applies when the cluster sets none.
-        let required = spreads(&cluster, ZoneSpread::Required)
-            .topology_spread_constraints
-            .unwrap();
-        let modes: Vec<_> = required
-            .iter()
-            .map(|c| (c.topology_key.as_str(), c.when_unsatisfiable.as_str()))
-            .collect();
-        assert_eq!(
-            modes,
-            [
-                (ZONE_KEY, "DoNotSchedule"),
-                (ZONE_KEY, "ScheduleAnyway"),
-                (HOSTNAME_KEY, "ScheduleAnyway")
-            ]
-        );
-        let per_shard = required[0]
-            .label_selector
-            .as_ref()
-            .unwrap()
-            .match_labels
-            .as_ref()
-            .unwrap();
-        assert_eq!(per_shard[labels::SHARD], "0");
-        let cluster_wide = required[1]
-            .label_selector
-            .as_ref()
-            .unwrap()
-            .match_labels
-            .as_ref()
-            .unwrap();
-        assert!(!cluster_wide.contains_key(labels::SHARD));
-
-        cluster.spec.placement = Some(Placement {
-            zones: vec!["eu-1a".into(), "eu-1b".into()],
-            zone_spread: Some(ZoneSpread::BestEffort),
-            node_selector: BTreeMap::from([("pool".to_string(), "valkey".to_string())]),
-        });
-        let placed = spreads(&cluster, ZoneSpread::Required);
-        let term = &placed
-            .affinity
-            .unwrap()
-            .node_affinity
-            .unwrap()
-            .required_during_scheduling_ignored_during_execution
-            .unwrap()
-            .node_selector_terms[0];
-        let requirement = &term.match_expressions.as_ref().unwrap()[0];
-        assert_eq!(
-            (requirement.key.as_str(), requirement.operator.as_str()),
-            (ZONE_KEY, "In")
-        );
-        assert_eq!(
-            requirement.values.as_deref(),
-            Some(&["eu-1a".to_string(), "eu-1b".to_string()][..])
-        );
-        assert_eq!(placed.node_selector.unwrap()["pool"], "valkey");
-        assert_eq!(
-            placed.topology_spread_constraints.unwrap()[0].when_unsatisfiable,
-            "ScheduleAnyway"
-        );
-    }
-
-    #[test]
-    fn service_and_budget_select_the_cluster() {
-        let cluster = cluster();
-        let effective = effective("9.0.0");
-        let render = ClusterRender {
-            cluster: &cluster,
-            effective: &effective,
-            default_zone_spread: ZoneSpread::BestEffort,
-        };
-        let service = render.headless_service();
-        let spec = service.spec.unwrap();
-        assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
-        assert_eq!(spec.publish_not_ready_addresses, Some(true));
-        assert_eq!(spec.selector.unwrap()[labels::CLUSTER], "orders");
-        assert_eq!(service.metadata.owner_references.unwrap()[0].name, "orders");
-        let budget = render.disruption_budget().spec.unwrap();
-        assert_eq!(budget.max_unavailable, Some(IntOrString::Int(1)));
-    }
-}
+#[path = "render_tests.rs"]
+mod tests;

@@ -4,7 +4,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::*;
 use crate::api::ValkeyNodeSpec;
-use crate::roll::{Lifecycle, SlotRange};
+use crate::roll::{Lifecycle, SlotRange, StallReason};
 
 fn at(seconds: i64) -> Time {
     Time(Timestamp::from_second(seconds).unwrap_or(Timestamp::UNIX_EPOCH))
@@ -153,7 +153,7 @@ fn a_stall_is_degraded_and_an_active_cluster_stays_active_while_slots_are_unserv
     dead.reachable = false;
     let observed = [node("c-0", 0, "r1", (0, 8191)), dead];
     let stalled = Step::Stalled {
-        reason: "shard 1 has no live primary".into(),
+        reason: StallReason::NoPrimary { shard: 1 },
     };
     let pass = PassReport {
         generation: Some(1),

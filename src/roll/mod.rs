@@ -2,9 +2,10 @@
 //! decide the one next step (join, activate, fail over, migrate slots, retire, wait, stall).
 //!
 //! The planner is pure: no I/O, no clock, no Kubernetes. The rules live in [`rules`]; the
-//! inputs and the steps are described in [`model`]; slot arithmetic is in [`slots`]. Whoever
-//! executes the steps (the local driver in `crate::runtime::driver`, or the Kubernetes
-//! controller) observes, calls [`plan`], performs exactly that one step, and plans again.
+//! inputs and the steps are described in [`model`], why it waits or stalls in [`reasons`];
+//! slot arithmetic is in [`slots`]. Whoever executes the steps (the local driver in
+//! `crate::runtime::driver`, or the Kubernetes controller) observes, calls [`plan`], performs
+//! exactly that one step, and plans again.
 //!
 //! # Driving it from a controller
 //! - [`DesiredShape`]: `spec.shards`, `spec.replicasPerShard`, and a revision string that
@@ -22,10 +23,12 @@
 //!   complete, and resumes by itself if Valkey completes it later.
 
 pub mod model;
+pub mod reasons;
 pub mod rules;
 pub mod slots;
 
 pub use model::{
     DesiredShape, Lifecycle, ObservedNode, ReplicaSync, Role, RollMemory, SlotRange, Step,
 };
+pub use reasons::{JoinBlocker, StallReason, WaitReason};
 pub use rules::plan;

@@ -9,6 +9,8 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use super::reasons::{StallReason, WaitReason};
+
 /// The cluster the user asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DesiredShape {
@@ -201,10 +203,10 @@ pub enum Step {
         reason: String,
     },
     /// Something is in progress (a sync, a join, Valkey's own failover); plan again shortly.
-    Wait { reason: String },
+    Wait { reason: WaitReason },
     /// Acting now would break an invariant, or a previous step failed. Every node is left
     /// serving; planning again resumes by itself once the cause is gone.
-    Stalled { reason: String },
+    Stalled { reason: StallReason },
     /// The cluster has the desired shape: nothing to do until something changes.
     Converged,
 }

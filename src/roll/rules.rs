@@ -23,6 +23,7 @@
 use std::collections::BTreeSet;
 
 use super::model::{DesiredShape, Lifecycle, ObservedNode, Role, RollMemory, Step};
+use super::reasons::{JoinBlocker, StallReason, WaitReason};
 use super::slots::{
     SLOT_COUNT, bootstrap_range, coverage, take_highest, target_count, uncovered_parts,
 };
@@ -101,11 +102,11 @@ fn failed_failovers(view: &View, memory: &RollMemory) -> Option<Step> {
         .find_map(|&shard| {
             let primary = view.primary(shard)?;
             (!primary.is_up_to_date(desired)).then(|| Step::Stalled {
-                reason: format!(
-                    "the failover of shard {shard} did not complete: its primary {} still \
-                     runs {}, and a shard fails over only once per roll",
-                    primary.name, primary.revision
-                ),
+                reason: StallReason::FailoverIncomplete {
+                    shard,
+                    primary: primary.name.clone(),
+                    revision: primary.revision.clone(),
+                },
             })
         })
 }
@@ -118,7 +119,7 @@ fn joining_nodes(view: &View) -> Option<Step> {
         .copied()
         .filter(|n| n.lifecycle == Lifecycle::Joining)
         .collect();
-    let blockers: Vec<(&ObservedNode, String)> = joining
+    let blockers: Vec<(&ObservedNode, JoinBlocker)> = joining
         .iter()
         .filter_map(|n| join_blocker(view, n).map(|why| (*n, why)))
         .collect();
@@ -145,52 +146,56 @@ fn joining_nodes(view: &View) -> Option<Step> {
     }
     if let Some((node, why)) = blockers.iter().find(|(n, _)| n.join_overdue) {
         return Some(Step::Stalled {
-            reason: format!(
-                "{} joined shard {} but never became ready ({why})",
-                node.name, node.shard
-            ),
+            reason: StallReason::JoinOverdue {
+                node: node.name.clone(),
+                shard: node.shard,
+                blocker: why.clone(),
+            },
         });
     }
     blockers.first().map(|(node, why)| Step::Wait {
-        reason: format!("{} is joining shard {}: {why}", node.name, node.shard),
+        reason: WaitReason::Joining {
+            node: node.name.clone(),
+            shard: node.shard,
+            blocker: why.clone(),
+        },
     })
 }
 
 /// Why a joining node is not ready yet, or `None` when it is.
-fn join_blocker(view: &View, node: &ObservedNode) -> Option<String> {
+fn join_blocker(view: &View, node: &ObservedNode) -> Option<JoinBlocker> {
     if !node.reachable {
-        return Some("unreachable".into());
+        return Some(JoinBlocker::Unreachable);
     }
     match view.primary(node.shard) {
         Some(primary) => {
             if node.role != Role::Replica {
-                return Some(format!("not yet a replica of {}", primary.name));
+                return Some(JoinBlocker::NotYetReplica {
+                    primary: primary.name.clone(),
+                });
             }
             let Some(sync) = node.sync else {
-                return Some("no replication state yet".into());
+                return Some(JoinBlocker::NoReplicationState);
             };
             if !sync.link_up {
-                Some("replication link down".into())
+                Some(JoinBlocker::LinkDown)
             } else if sync.sync_in_progress {
-                Some("full sync in progress".into())
+                Some(JoinBlocker::FullSync)
             } else if sync.offset < sync.primary_offset {
-                Some(format!(
-                    "replication offset {} behind the primary's {}",
-                    sync.offset, sync.primary_offset
-                ))
+                Some(JoinBlocker::Behind {
+                    offset: sync.offset,
+                    primary_offset: sync.primary_offset,
+                })
             } else if !sync.known_to_primaries {
-                Some(format!(
-                    "not every primary lists it as a replica of {} yet",
-                    primary.name
-                ))
+                Some(JoinBlocker::UnknownToPrimaries {
+                    primary: primary.name.clone(),
+                })
             } else {
                 None
             }
         }
-        None if node.role != Role::Primary => Some("not a primary".into()),
-        None if view.owned_slots() > 0 && !node.cluster_ok => {
-            Some("has not learnt the slot map yet (cluster_state not ok)".into())
-        }
+        None if node.role != Role::Primary => Some(JoinBlocker::NotPrimary),
+        None if view.owned_slots() > 0 && !node.cluster_ok => Some(JoinBlocker::NoSlotMap),
         None => None,
     }
 }
@@ -201,20 +206,14 @@ fn dead_primaries(view: &View) -> Option<Step> {
         .nodes
         .iter()
         .find(|n| !n.reachable && n.slot_count() > 0)?;
-    let has_live_replica = !view.replicas(dead.shard).is_empty();
-    let what = format!(
-        "{}, primary of shard {} owning {} slots, is unreachable",
-        dead.name,
-        dead.shard,
-        dead.slot_count()
-    );
-    Some(if has_live_replica {
-        Step::Wait {
-            reason: format!("{what}: waiting for Valkey's own failover"),
+    let (node, shard, slots) = (dead.name.clone(), dead.shard, dead.slot_count());
+    Some(if view.replicas(shard).is_empty() {
+        Step::Stalled {
+            reason: StallReason::DeadPrimaryWithoutReplica { node, shard, slots },
         }
     } else {
-        Step::Stalled {
-            reason: format!("{what} and its shard has no live replica to fail over to"),
+        Step::Wait {
+            reason: WaitReason::ValkeyFailover { node, shard, slots },
         }
     })
 }
@@ -240,7 +239,7 @@ fn unassigned_slots(view: &View) -> Option<Step> {
         }
         let Some(primary) = view.primary(shard) else {
             return Some(Step::Stalled {
-                reason: format!("shard {shard} has no live primary to take its unowned slots"),
+                reason: StallReason::UnownedSlotsWithoutPrimary { shard },
             });
         };
         assignments.push((primary.name.clone(), missing));
@@ -253,11 +252,15 @@ fn unsettled_cluster(view: &View) -> Option<Step> {
     let live = || view.nodes.iter().filter(|n| n.reachable);
     if let Some(node) = live().find(|n| n.migrating) {
         return Some(Step::Wait {
-            reason: format!("a slot migration is running on {}", node.name),
+            reason: WaitReason::SlotMigration {
+                node: node.name.clone(),
+            },
         });
     }
     live().find(|n| !n.cluster_ok).map(|node| Step::Wait {
-        reason: format!("{} does not report cluster_state:ok yet", node.name),
+        reason: WaitReason::ClusterNotOk {
+            node: node.name.clone(),
+        },
     })
 }
 
@@ -283,15 +286,16 @@ fn shard_step(view: &View, memory: &RollMemory, shard: u32) -> Option<Step> {
     let desired = view.desired;
     let Some(primary) = view.primary(shard) else {
         return Some(Step::Stalled {
-            reason: format!("shard {shard} has no live primary"),
+            reason: StallReason::NoPrimary { shard },
         });
     };
     if let Some(second) = view.primaries(shard).get(1) {
         return Some(Step::Stalled {
-            reason: format!(
-                "shard {shard} has two primaries, {} and {}",
-                primary.name, second.name
-            ),
+            reason: StallReason::TwoPrimaries {
+                shard,
+                first: primary.name.clone(),
+                second: second.name.clone(),
+            },
         });
     }
     let target = desired.replicas_per_shard as usize;
@@ -348,7 +352,7 @@ fn failover_step(
     if memory.has_failed_over(&desired.revision, shard) {
         // Rule 0 reports the details; never a second failover.
         return Some(Step::Stalled {
-            reason: format!("shard {shard} already had its failover in this roll"),
+            reason: StallReason::AlreadyFailedOver { shard },
         });
     }
     let up_to_date: Vec<&ObservedNode> = replicas
@@ -372,10 +376,10 @@ fn failover_step(
         });
     }
     up_to_date.first().map(|n| Step::Wait {
-        reason: format!(
-            "{} must be synced before shard {shard} fails over to it",
-            n.name
-        ),
+        reason: WaitReason::FailoverTargetSyncing {
+            shard,
+            node: n.name.clone(),
+        },
     })
 }
 
@@ -408,7 +412,10 @@ fn slot_balance(view: &View) -> Option<Step> {
         .min(target_count(dest, shards) - owned(dest));
     let (Some(from), Some(to)) = (view.primary(source), view.primary(dest)) else {
         return Some(Step::Stalled {
-            reason: format!("shards {source} and {dest} need live primaries to move slots"),
+            reason: StallReason::MigrationWithoutPrimaries {
+                from_shard: source,
+                to_shard: dest,
+            },
         });
     };
     Some(Step::MigrateSlots {
@@ -440,3 +447,7 @@ fn removed_shards(view: &View) -> Option<Step> {
         reason: format!("shard {shard} is being removed and owns no slots"),
     })
 }
+
+#[cfg(test)]
+#[path = "rules_tests.rs"]
+mod tests;

@@ -23,7 +23,7 @@ pub fn bootstrap_range(shard: u32, shards: u32) -> SlotRange {
 }
 
 fn to_slot(slot: u32) -> u16 {
-    // Slots are below 16384 by construction, so this never saturates.
+    // Slots are below SLOT_COUNT by construction, so this never saturates.
     u16::try_from(slot).unwrap_or(u16::MAX)
 }
 

@@ -13,7 +13,7 @@ use crate::execute::acl::DesiredAcl;
 use crate::execute::{
     Member, NodeHost, Outcome, StepError, StepInputs, membership, observe, perform,
 };
-use crate::roll::{DesiredShape, Lifecycle, ObservedNode, RollMemory, Step, plan};
+use crate::roll::{DesiredShape, Lifecycle, ObservedNode, RollMemory, StallReason, Step, plan};
 use crate::valkey::NodeAddress;
 
 /// Why driving the roll stopped.
@@ -22,7 +22,7 @@ pub enum DriveError {
     #[error(transparent)]
     Step(#[from] StepError<RuntimeError>),
     #[error("the roll stalled: {reason}")]
-    Stalled { reason: String },
+    Stalled { reason: StallReason },
     #[error("not converged within {waited:?}; last step: {last}")]
     Deadline { waited: Duration, last: String },
 }

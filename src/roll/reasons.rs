@@ -1,0 +1,399 @@
+//! Why the planner waits ([`WaitReason`]) or stalls ([`StallReason`]), and why a joining node is
+//! not ready yet ([`JoinBlocker`]): one variant per cause the rules in [`super::rules`] produce,
+//! carrying the nodes, shards and numbers involved.
+//!
+//! `Display` renders the sentence shown to people (status conditions, events, logs); `kind` is a
+//! short, bounded name for the cause, fit for a metric label or a test's match.
+
+use std::fmt;
+
+/// Why a `Joining` node is not yet a ready member of its shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JoinBlocker {
+    Unreachable,
+    /// Its shard has a primary, but the node does not report itself a replica yet.
+    NotYetReplica {
+        primary: String,
+    },
+    NoReplicationState,
+    LinkDown,
+    FullSync,
+    /// The replica has less than the primary had when it was read.
+    Behind {
+        offset: u64,
+        primary_offset: u64,
+    },
+    /// Gossip has not yet told every primary that it replicates `primary`.
+    UnknownToPrimaries {
+        primary: String,
+    },
+    /// Its shard has no primary, and the node is not one either.
+    NotPrimary,
+    /// A new shard's primary that does not see the slot map yet.
+    NoSlotMap,
+}
+
+impl fmt::Display for JoinBlocker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JoinBlocker::Unreachable => write!(f, "unreachable"),
+            JoinBlocker::NotYetReplica { primary } => write!(f, "not yet a replica of {primary}"),
+            JoinBlocker::NoReplicationState => write!(f, "no replication state yet"),
+            JoinBlocker::LinkDown => write!(f, "replication link down"),
+            JoinBlocker::FullSync => write!(f, "full sync in progress"),
+            JoinBlocker::Behind {
+                offset,
+                primary_offset,
+            } => write!(
+                f,
+                "replication offset {offset} behind the primary's {primary_offset}"
+            ),
+            JoinBlocker::UnknownToPrimaries { primary } => write!(
+                f,
+                "not every primary lists it as a replica of {primary} yet"
+            ),
+            JoinBlocker::NotPrimary => write!(f, "not a primary"),
+            JoinBlocker::NoSlotMap => {
+                write!(f, "has not learnt the slot map yet (cluster_state not ok)")
+            }
+        }
+    }
+}
+
+/// Something is in progress; planning again shortly moves on by itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WaitReason {
+    /// A node is joining its shard and is not ready yet (nor overdue).
+    Joining {
+        node: String,
+        shard: u32,
+        blocker: JoinBlocker,
+    },
+    /// A slot-owning primary is unreachable and its shard has a live replica: Valkey fails it
+    /// over, not the planner.
+    ValkeyFailover {
+        node: String,
+        shard: u32,
+        slots: u32,
+    },
+    SlotMigration {
+        node: String,
+    },
+    ClusterNotOk {
+        node: String,
+    },
+    /// The up-to-date replica a shard will fail over to is not synced yet.
+    FailoverTargetSyncing {
+        shard: u32,
+        node: String,
+    },
+}
+
+impl WaitReason {
+    /// A short, bounded name for the cause (a metric label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WaitReason::Joining { .. } => "joining",
+            WaitReason::ValkeyFailover { .. } => "valkey_failover",
+            WaitReason::SlotMigration { .. } => "slot_migration",
+            WaitReason::ClusterNotOk { .. } => "cluster_not_ok",
+            WaitReason::FailoverTargetSyncing { .. } => "failover_target_syncing",
+        }
+    }
+}
+
+impl fmt::Display for WaitReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WaitReason::Joining {
+                node,
+                shard,
+                blocker,
+            } => write!(f, "{node} is joining shard {shard}: {blocker}"),
+            WaitReason::ValkeyFailover { node, shard, slots } => {
+                unreachable_primary(f, node, *shard, *slots)?;
+                write!(f, ": waiting for Valkey's own failover")
+            }
+            WaitReason::SlotMigration { node } => {
+                write!(f, "a slot migration is running on {node}")
+            }
+            WaitReason::ClusterNotOk { node } => {
+                write!(f, "{node} does not report cluster_state:ok yet")
+            }
+            WaitReason::FailoverTargetSyncing { shard, node } => write!(
+                f,
+                "{node} must be synced before shard {shard} fails over to it"
+            ),
+        }
+    }
+}
+
+/// Acting now would break an invariant, or a previous step failed; every node is left serving.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StallReason {
+    /// A failover of this roll left the outdated `primary` (running `revision`) in place.
+    FailoverIncomplete {
+        shard: u32,
+        primary: String,
+        revision: String,
+    },
+    /// A joining node was not ready in time.
+    JoinOverdue {
+        node: String,
+        shard: u32,
+        blocker: JoinBlocker,
+    },
+    /// A slot-owning primary is unreachable and nothing can take its place.
+    DeadPrimaryWithoutReplica {
+        node: String,
+        shard: u32,
+        slots: u32,
+    },
+    /// Unowned slots belong to a shard with no live primary to assign them to.
+    UnownedSlotsWithoutPrimary {
+        shard: u32,
+    },
+    NoPrimary {
+        shard: u32,
+    },
+    TwoPrimaries {
+        shard: u32,
+        first: String,
+        second: String,
+    },
+    /// The shard's primary is outdated but its one failover of the roll was spent.
+    AlreadyFailedOver {
+        shard: u32,
+    },
+    /// Slots must move between shards one of which has no live primary.
+    MigrationWithoutPrimaries {
+        from_shard: u32,
+        to_shard: u32,
+    },
+}
+
+impl StallReason {
+    /// A short, bounded name for the cause (a metric label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StallReason::FailoverIncomplete { .. } => "failover_incomplete",
+            StallReason::JoinOverdue { .. } => "join_overdue",
+            StallReason::DeadPrimaryWithoutReplica { .. } => "dead_primary_without_replica",
+            StallReason::UnownedSlotsWithoutPrimary { .. } => "unowned_slots_without_primary",
+            StallReason::NoPrimary { .. } => "no_primary",
+            StallReason::TwoPrimaries { .. } => "two_primaries",
+            StallReason::AlreadyFailedOver { .. } => "already_failed_over",
+            StallReason::MigrationWithoutPrimaries { .. } => "migration_without_primaries",
+        }
+    }
+}
+
+impl fmt::Display for StallReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StallReason::FailoverIncomplete {
+                shard,
+                primary,
+                revision,
+            } => write!(
+                f,
+                "the failover of shard {shard} did not complete: its primary {primary} still \
+                 runs {revision}, and a shard fails over only once per roll"
+            ),
+            StallReason::JoinOverdue {
+                node,
+                shard,
+                blocker,
+            } => write!(
+                f,
+                "{node} joined shard {shard} but never became ready ({blocker})"
+            ),
+            StallReason::DeadPrimaryWithoutReplica { node, shard, slots } => {
+                unreachable_primary(f, node, *shard, *slots)?;
+                write!(f, " and its shard has no live replica to fail over to")
+            }
+            StallReason::UnownedSlotsWithoutPrimary { shard } => write!(
+                f,
+                "shard {shard} has no live primary to take its unowned slots"
+            ),
+            StallReason::NoPrimary { shard } => write!(f, "shard {shard} has no live primary"),
+            StallReason::TwoPrimaries {
+                shard,
+                first,
+                second,
+            } => write!(f, "shard {shard} has two primaries, {first} and {second}"),
+            StallReason::AlreadyFailedOver { shard } => {
+                write!(f, "shard {shard} already had its failover in this roll")
+            }
+            StallReason::MigrationWithoutPrimaries {
+                from_shard,
+                to_shard,
+            } => write!(
+                f,
+                "shards {from_shard} and {to_shard} need live primaries to move slots"
+            ),
+        }
+    }
+}
+
+/// The start both unreachable-primary sentences share.
+fn unreachable_primary(
+    f: &mut fmt::Formatter<'_>,
+    node: &str,
+    shard: u32,
+    slots: u32,
+) -> fmt::Result {
+    write!(
+        f,
+        "{node}, primary of shard {shard} owning {slots} slots, is unreachable"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn node(name: &str) -> String {
+        name.to_owned()
+    }
+
+    /// The sentences are matched by people, events and end-to-end tests: they must not drift.
+    #[test]
+    fn wait_reasons_read_as_before() {
+        let cases = [
+            (
+                WaitReason::Joining {
+                    node: node("n1"),
+                    shard: 2,
+                    blocker: JoinBlocker::Behind {
+                        offset: 5,
+                        primary_offset: 9,
+                    },
+                },
+                "n1 is joining shard 2: replication offset 5 behind the primary's 9",
+            ),
+            (
+                WaitReason::ValkeyFailover {
+                    node: node("p0"),
+                    shard: 0,
+                    slots: 8192,
+                },
+                "p0, primary of shard 0 owning 8192 slots, is unreachable: waiting for \
+                 Valkey's own failover",
+            ),
+            (
+                WaitReason::SlotMigration { node: node("p1") },
+                "a slot migration is running on p1",
+            ),
+            (
+                WaitReason::ClusterNotOk { node: node("p1") },
+                "p1 does not report cluster_state:ok yet",
+            ),
+            (
+                WaitReason::FailoverTargetSyncing {
+                    shard: 1,
+                    node: node("r1"),
+                },
+                "r1 must be synced before shard 1 fails over to it",
+            ),
+        ];
+        for (reason, sentence) in &cases {
+            assert_eq!(reason.to_string(), *sentence);
+        }
+        let kinds: BTreeSet<&str> = cases.iter().map(|(r, _)| r.kind()).collect();
+        assert_eq!(kinds.len(), cases.len(), "one kind per cause");
+    }
+
+    #[test]
+    fn stall_reasons_read_as_before() {
+        let cases = [
+            (
+                StallReason::FailoverIncomplete {
+                    shard: 0,
+                    primary: node("p0"),
+                    revision: "9.0.0".into(),
+                },
+                "the failover of shard 0 did not complete: its primary p0 still runs 9.0.0, \
+                 and a shard fails over only once per roll",
+            ),
+            (
+                StallReason::JoinOverdue {
+                    node: node("n3"),
+                    shard: 0,
+                    blocker: JoinBlocker::FullSync,
+                },
+                "n3 joined shard 0 but never became ready (full sync in progress)",
+            ),
+            (
+                StallReason::DeadPrimaryWithoutReplica {
+                    node: node("p0"),
+                    shard: 0,
+                    slots: 16384,
+                },
+                "p0, primary of shard 0 owning 16384 slots, is unreachable and its shard has \
+                 no live replica to fail over to",
+            ),
+            (
+                StallReason::UnownedSlotsWithoutPrimary { shard: 1 },
+                "shard 1 has no live primary to take its unowned slots",
+            ),
+            (
+                StallReason::NoPrimary { shard: 1 },
+                "shard 1 has no live primary",
+            ),
+            (
+                StallReason::TwoPrimaries {
+                    shard: 1,
+                    first: node("a"),
+                    second: node("b"),
+                },
+                "shard 1 has two primaries, a and b",
+            ),
+            (
+                StallReason::AlreadyFailedOver { shard: 2 },
+                "shard 2 already had its failover in this roll",
+            ),
+            (
+                StallReason::MigrationWithoutPrimaries {
+                    from_shard: 3,
+                    to_shard: 0,
+                },
+                "shards 3 and 0 need live primaries to move slots",
+            ),
+        ];
+        for (reason, sentence) in &cases {
+            assert_eq!(reason.to_string(), *sentence);
+        }
+        let kinds: BTreeSet<&str> = cases.iter().map(|(r, _)| r.kind()).collect();
+        assert_eq!(kinds.len(), cases.len(), "one kind per cause");
+    }
+
+    #[test]
+    fn join_blockers_read_as_before() {
+        let primary = || node("p0");
+        let cases = [
+            (JoinBlocker::Unreachable, "unreachable"),
+            (
+                JoinBlocker::NotYetReplica { primary: primary() },
+                "not yet a replica of p0",
+            ),
+            (JoinBlocker::NoReplicationState, "no replication state yet"),
+            (JoinBlocker::LinkDown, "replication link down"),
+            (JoinBlocker::FullSync, "full sync in progress"),
+            (
+                JoinBlocker::UnknownToPrimaries { primary: primary() },
+                "not every primary lists it as a replica of p0 yet",
+            ),
+            (JoinBlocker::NotPrimary, "not a primary"),
+            (
+                JoinBlocker::NoSlotMap,
+                "has not learnt the slot map yet (cluster_state not ok)",
+            ),
+        ];
+        for (blocker, sentence) in cases {
+            assert_eq!(blocker.to_string(), sentence);
+        }
+    }
+}

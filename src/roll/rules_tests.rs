@@ -1,0 +1,258 @@
+//! Each main rule's wait or stall, asserted by variant on small hand-built clusters.
+
+use super::*;
+use crate::roll::model::{ReplicaSync, SlotRange};
+
+const OLD: &str = "9.0.0";
+const NEW: &str = "9.1.2";
+
+fn shape(shards: u32, replicas_per_shard: u32, revision: &str) -> DesiredShape {
+    DesiredShape {
+        shards,
+        replicas_per_shard,
+        revision: revision.into(),
+    }
+}
+
+fn synced(offset: u64) -> ReplicaSync {
+    ReplicaSync {
+        link_up: true,
+        sync_in_progress: false,
+        offset,
+        primary_offset: offset,
+        known_to_primaries: true,
+    }
+}
+
+/// An active, reachable, settled primary on `OLD` owning `slots`.
+fn primary(name: &str, shard: u32, slots: Vec<SlotRange>) -> ObservedNode {
+    ObservedNode {
+        name: name.into(),
+        shard,
+        revision: OLD.into(),
+        lifecycle: Lifecycle::Active,
+        join_overdue: false,
+        reachable: true,
+        role: Role::Primary,
+        sync: None,
+        slots,
+        cluster_ok: true,
+        migrating: false,
+    }
+}
+
+/// An active, reachable, synced replica on `OLD`.
+fn replica(name: &str, shard: u32) -> ObservedNode {
+    ObservedNode {
+        role: Role::Replica,
+        sync: Some(synced(100)),
+        slots: vec![],
+        ..primary(name, shard, vec![])
+    }
+}
+
+fn all_slots() -> Vec<SlotRange> {
+    vec![SlotRange::new(0, (SLOT_COUNT - 1) as u16)]
+}
+
+/// Shard 0: `p0` owning every slot and its replica `r0`, all on `OLD`.
+fn one_shard() -> Vec<ObservedNode> {
+    vec![primary("p0", 0, all_slots()), replica("r0", 0)]
+}
+
+fn stall(step: Step) -> StallReason {
+    match step {
+        Step::Stalled { reason } => reason,
+        other => panic!("expected a stall, got {other}"),
+    }
+}
+
+fn wait(step: Step) -> WaitReason {
+    match step {
+        Step::Wait { reason } => reason,
+        other => panic!("expected a wait, got {other}"),
+    }
+}
+
+#[test]
+fn a_settled_cluster_on_its_revision_is_converged() {
+    let step = plan(&shape(1, 1, OLD), &one_shard(), &RollMemory::default());
+    assert_eq!(step, Step::Converged);
+}
+
+#[test]
+fn a_join_waits_until_ready_and_stalls_once_overdue() {
+    let mut nodes = one_shard();
+    let mut joining = replica("n1", 0);
+    joining.revision = NEW.into();
+    joining.lifecycle = Lifecycle::Joining;
+    joining.sync = Some(ReplicaSync {
+        sync_in_progress: true,
+        ..synced(0)
+    });
+    nodes.push(joining);
+    let desired = shape(1, 1, NEW);
+    let memory = RollMemory::default();
+    let expected_wait = WaitReason::Joining {
+        node: "n1".into(),
+        shard: 0,
+        blocker: JoinBlocker::FullSync,
+    };
+    assert_eq!(wait(plan(&desired, &nodes, &memory)), expected_wait);
+
+    nodes[2].join_overdue = true;
+    let reason = stall(plan(&desired, &nodes, &memory));
+    assert_eq!(
+        reason,
+        StallReason::JoinOverdue {
+            node: "n1".into(),
+            shard: 0,
+            blocker: JoinBlocker::FullSync,
+        }
+    );
+    assert_eq!(reason.kind(), "join_overdue");
+}
+
+#[test]
+fn a_join_behind_its_primary_says_by_how_much() {
+    let mut nodes = one_shard();
+    let mut joining = replica("n1", 0);
+    joining.lifecycle = Lifecycle::Joining;
+    joining.sync = Some(ReplicaSync {
+        offset: 40,
+        ..synced(90)
+    });
+    nodes.push(joining);
+    let reason = wait(plan(&shape(1, 1, OLD), &nodes, &RollMemory::default()));
+    let WaitReason::Joining { blocker, .. } = reason else {
+        panic!("expected a join wait, got {reason}");
+    };
+    assert_eq!(
+        blocker,
+        JoinBlocker::Behind {
+            offset: 40,
+            primary_offset: 90
+        }
+    );
+}
+
+#[test]
+fn an_incomplete_failover_stalls_instead_of_a_second_one() {
+    let mut memory = RollMemory::default();
+    memory.record_failover(NEW, 0);
+    let reason = stall(plan(&shape(1, 1, NEW), &one_shard(), &memory));
+    assert_eq!(
+        reason,
+        StallReason::FailoverIncomplete {
+            shard: 0,
+            primary: "p0".into(),
+            revision: OLD.into(),
+        }
+    );
+    assert_eq!(reason.kind(), "failover_incomplete");
+}
+
+#[test]
+fn a_dead_primary_waits_for_valkey_only_when_a_replica_can_take_over() {
+    let mut nodes = one_shard();
+    nodes[0].reachable = false;
+    let memory = RollMemory::default();
+    assert_eq!(
+        wait(plan(&shape(1, 1, OLD), &nodes, &memory)),
+        WaitReason::ValkeyFailover {
+            node: "p0".into(),
+            shard: 0,
+            slots: SLOT_COUNT,
+        }
+    );
+
+    nodes[1].reachable = false;
+    assert_eq!(
+        stall(plan(&shape(1, 1, OLD), &nodes, &memory)),
+        StallReason::DeadPrimaryWithoutReplica {
+            node: "p0".into(),
+            shard: 0,
+            slots: SLOT_COUNT,
+        }
+    );
+}
+
+#[test]
+fn unowned_slots_without_a_primary_stall() {
+    let nodes = vec![replica("r0", 0)];
+    assert_eq!(
+        stall(plan(&shape(1, 1, OLD), &nodes, &RollMemory::default())),
+        StallReason::UnownedSlotsWithoutPrimary { shard: 0 }
+    );
+}
+
+#[test]
+fn an_unsettled_cluster_waits() {
+    let memory = RollMemory::default();
+    let mut nodes = one_shard();
+    nodes[1].cluster_ok = false;
+    assert_eq!(
+        wait(plan(&shape(1, 1, OLD), &nodes, &memory)),
+        WaitReason::ClusterNotOk { node: "r0".into() }
+    );
+    nodes[0].migrating = true;
+    assert_eq!(
+        wait(plan(&shape(1, 1, OLD), &nodes, &memory)),
+        WaitReason::SlotMigration { node: "p0".into() }
+    );
+}
+
+#[test]
+fn a_shard_without_a_live_primary_stalls() {
+    let mut nodes = one_shard();
+    nodes.push(replica("r1", 1));
+    assert_eq!(
+        stall(plan(&shape(2, 1, OLD), &nodes, &RollMemory::default())),
+        StallReason::NoPrimary { shard: 1 }
+    );
+}
+
+#[test]
+fn two_primaries_in_a_shard_stall() {
+    let mut nodes = one_shard();
+    nodes.push(primary("p1", 0, vec![]));
+    let reason = stall(plan(&shape(1, 1, OLD), &nodes, &RollMemory::default()));
+    assert_eq!(
+        reason,
+        StallReason::TwoPrimaries {
+            shard: 0,
+            first: "p0".into(),
+            second: "p1".into(),
+        }
+    );
+    assert_eq!(reason.kind(), "two_primaries");
+}
+
+#[test]
+fn an_outdated_primary_waits_for_its_successor_to_sync() {
+    let mut nodes = one_shard();
+    nodes[1].revision = NEW.into();
+    nodes[1].sync = Some(ReplicaSync {
+        known_to_primaries: false,
+        ..synced(100)
+    });
+    let desired = shape(1, 1, NEW);
+    let memory = RollMemory::default();
+    assert_eq!(
+        wait(plan(&desired, &nodes, &memory)),
+        WaitReason::FailoverTargetSyncing {
+            shard: 0,
+            node: "r0".into(),
+        }
+    );
+
+    nodes[1].sync = Some(synced(100));
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        Step::Failover {
+            shard: 0,
+            from: "p0".into(),
+            to: "r0".into(),
+        }
+    );
+}
