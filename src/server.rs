@@ -18,6 +18,7 @@ use crate::admission::http::{self as admission_http, AdmissionState};
 use crate::caches::Readiness;
 use crate::fleet::Fleet;
 use crate::metrics::Metrics;
+use crate::supervise::Health;
 use crate::tls::{self, CertificatePaths};
 
 /// What the listener's routes share; the admission routes get their part as an
@@ -41,15 +42,34 @@ impl AppState {
     }
 }
 
-/// The admission routes (`/validate/...`) beside `/metrics`, `/healthz` and `/readyz`.
+/// The admission routes (`/validate/...`) beside `/metrics`, `/healthz` and `/readyz`, for a
+/// server with nothing else to watch over: `/healthz` always answers ok.
 pub fn router(state: AppState) -> Router {
+    router_with_health(state, Arc::new(Health::default()))
+}
+
+/// [`router`], with `/healthz` answering 503 once `health` records a dead task.
+pub fn router_with_health(state: AppState, health: Arc<Health>) -> Router {
     let admission = admission_http::router(state.admission());
+    let health = Router::new()
+        .route("/healthz", get(healthz))
+        .with_state(health);
     Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .with_state(state)
+        .merge(health)
         .merge(admission)
+}
+
+async fn healthz(State(health): State<Arc<Health>>) -> impl IntoResponse {
+    match health.failure() {
+        None => (StatusCode::OK, "ok\n".to_string()),
+        Some(failure) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("unhealthy: {failure}\n"),
+        ),
+    }
 }
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
@@ -115,4 +135,32 @@ pub async fn serve_https(
     let result = server.serve(app.into_make_service()).await;
     reloader.abort();
     Ok(result?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn answer(health: &Arc<Health>) -> (StatusCode, String) {
+        let response = healthz(State(health.clone())).await.into_response();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .expect("a short body");
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn healthz_turns_503_and_names_the_dead_task() {
+        let health = Arc::new(Health::default());
+        assert_eq!(answer(&health).await, (StatusCode::OK, "ok\n".into()));
+        health.mark_failed("task `controller` panicked: boom".into());
+        assert_eq!(
+            answer(&health).await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unhealthy: task `controller` panicked: boom\n".into()
+            )
+        );
+    }
 }
