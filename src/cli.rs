@@ -10,19 +10,21 @@ use clap::{Parser, Subcommand};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
 
+use tokio::sync::{broadcast, watch};
+
 use crate::caches::{self, Readiness};
 use crate::controller::{
     self,
     leader::{self, LeaseConfig},
 };
 use crate::execute::Timeouts;
-use crate::fleet::Fleet;
+use crate::fleet::{ClusterKey, Fleet};
 use crate::metrics::Metrics;
 use crate::server::{self, AppState, ListenOptions};
 use crate::settings::{CONFIG_MAP, OperatorSettings};
+use crate::supervise::{Health, Supervisor};
 use crate::tls::CertificatePaths;
 use crate::{api, certs, webhook_config};
-use tokio::sync::watch;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -169,6 +171,12 @@ fn default_identity() -> String {
     format!("{}-{}", host.trim(), std::process::id())
 }
 
+/// How long the tasks get to stop (the server drains for up to 10 s, the election releases the
+/// Lease) before the rest are aborted.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+
+/// Serves webhooks and runs the controller while leading, all as supervised tasks: SIGTERM or
+/// Ctrl-C stops them and returns `Ok`; any of them dying first stops the rest and returns why.
 async fn serve(
     listen: SocketAddr,
     options: ListenOptions,
@@ -181,67 +189,94 @@ async fn serve(
         .context("connecting to the Kubernetes API (KUBECONFIG or in-cluster)")?;
     let settings = load_settings(&client, namespace).await?;
     tracing::info!(?settings, "operator settings");
-
-    let metrics = Arc::new(Metrics::new()?);
-    let fleet = Arc::new(RwLock::new(Fleet::default()));
-    let readiness = Arc::new(Readiness::default());
-    // Clusters reached by config and image changes, from the caches to the controller.
-    let (changes, _) = tokio::sync::broadcast::channel(4096);
-    let (_stores, watches) = caches::start(
-        client.clone(),
-        fleet.clone(),
-        readiness.clone(),
-        changes.clone(),
-    );
-    let watches = tokio::spawn(watches);
+    let listener =
+        std::net::TcpListener::bind(listen).with_context(|| format!("listening on {listen}"))?;
+    let state = AppState {
+        fleet: Arc::new(RwLock::new(Fleet::default())),
+        readiness: Arc::new(Readiness::default()),
+        metrics: Arc::new(Metrics::new()?),
+        policy: Arc::new(settings.admission_policy()),
+    };
+    let health = Arc::new(Health::default());
+    let mut tasks = Supervisor::new(health.clone(), STOP_GRACE);
+    let changes = spawn_watches(&mut tasks, &client, &state);
 
     // Every replica serves webhooks; only the Lease holder reconciles.
     let (leading_tx, leading) = watch::channel(false);
-    let (stop_election, election_stopped) = tokio::sync::oneshot::channel::<()>();
-    let election = tokio::spawn(leader::run(
-        client.clone(),
-        LeaseConfig::new(namespace, &identity),
-        leading_tx,
-        async move {
-            let _ = election_stopped.await;
-        },
-    ));
-    let controller = tokio::spawn(controller::run(
+    let lease = LeaseConfig::new(namespace, &identity);
+    spawn_election(&mut tasks, client.clone(), lease, leading_tx);
+    let timeouts = Timeouts {
+        join: join_timeout,
+        ..Timeouts::default()
+    };
+    let controller = controller::run(
         client,
-        fleet.clone(),
-        settings.clone(),
-        metrics.clone(),
-        Timeouts {
-            join: join_timeout,
-            ..Timeouts::default()
-        },
+        state.fleet.clone(),
+        settings,
+        state.metrics.clone(),
+        timeouts,
         changes,
         leading,
-    ));
+    );
+    // Dropped at the stop signal, while the election is still releasing the Lease, so it is
+    // not reconciling when another replica takes over.
+    tasks.spawn_until_stopped("controller", controller);
 
-    let state = AppState {
-        fleet,
-        readiness,
-        metrics: metrics.clone(),
-        policy: Arc::new(settings.admission_policy()),
-    };
-    let listener =
-        std::net::TcpListener::bind(listen).with_context(|| format!("listening on {listen}"))?;
     tracing::info!(%listen, "serving HTTPS");
-    let result = server::serve_https(
-        listener,
-        server::router(state),
-        options,
-        metrics,
-        shutdown_signal(),
-    )
-    .await;
-    // Release the Lease so another replica takes over at once, then stop.
-    let _ = stop_election.send(());
-    let _ = election.await;
-    controller.abort();
-    watches.abort();
-    result
+    spawn_server(&mut tasks, listener, options, state, health);
+    tasks.run(shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Starts the caches' watches; returns the channel on which they announce the clusters that
+/// config and image changes reach, for the controller.
+fn spawn_watches(
+    tasks: &mut Supervisor,
+    client: &Client,
+    state: &AppState,
+) -> broadcast::Sender<ClusterKey> {
+    let (changes, _) = broadcast::channel(4096);
+    let (_stores, watches) = caches::start(
+        client.clone(),
+        state.fleet.clone(),
+        state.readiness.clone(),
+        changes.clone(),
+    );
+    tasks.spawn_until_stopped("watches", watches);
+    changes
+}
+
+/// Runs the Lease election until the stop signal, then releases a held Lease so another
+/// replica takes over at once.
+fn spawn_election(
+    tasks: &mut Supervisor,
+    client: Client,
+    lease: LeaseConfig,
+    leading: watch::Sender<bool>,
+) {
+    let stopping = tasks.stopping();
+    tasks.spawn("leader-election", async move {
+        leader::run(client, lease, leading, stopping).await;
+        Ok(())
+    });
+}
+
+/// Serves HTTPS on `listener` until the stop signal, then drains its connections.
+fn spawn_server(
+    tasks: &mut Supervisor,
+    listener: std::net::TcpListener,
+    options: ListenOptions,
+    state: AppState,
+    health: Arc<Health>,
+) {
+    let metrics = state.metrics.clone();
+    let app = server::router_with_health(state, health);
+    let stopping = tasks.stopping();
+    tasks.spawn("https-server", async move {
+        server::serve_https(listener, app, options, metrics, stopping)
+            .await
+            .context("serving HTTPS")
+    });
 }
 
 /// Completes on Ctrl-C or SIGTERM.

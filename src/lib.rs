@@ -17,6 +17,7 @@ pub mod runtime;
 pub mod server;
 pub mod setting_impact;
 pub mod settings;
+pub mod supervise;
 pub mod tls;
 pub mod valkey;
 pub mod webhook_config;

@@ -1,25 +1,28 @@
-//! The one HTTPS listener: admission endpoints, `/metrics`, `/healthz` and `/readyz`, served by
-//! axum over rustls with certificate reload, until the shutdown signal.
+//! The one HTTPS listener: the admission router mounted beside `/metrics`, `/healthz` and
+//! `/readyz`, served by axum over rustls with certificate reload, until the shutdown signal.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum_server::Handle;
 use axum_server::tls_rustls::RustlsConfig;
 
-use crate::admission::{self, Policy};
+use crate::admission::Policy;
+use crate::admission::http::{self as admission_http, AdmissionState};
 use crate::caches::Readiness;
 use crate::fleet::Fleet;
 use crate::metrics::Metrics;
+use crate::supervise::Health;
 use crate::tls::{self, CertificatePaths};
 
-/// What every request handler shares.
+/// What the listener's routes share; the admission routes get their part as an
+/// [`AdmissionState`].
 #[derive(Clone)]
 pub struct AppState {
     pub fleet: Arc<RwLock<Fleet>>,
@@ -29,34 +32,44 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// The fleet index for reading. A writer that panicked cannot leave it half-updated in a way
-    /// that matters more than refusing every request would, so a poisoned lock is still read.
-    pub fn fleet_read(&self) -> RwLockReadGuard<'_, Fleet> {
-        self.fleet
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn admission(&self) -> AdmissionState {
+        AdmissionState {
+            fleet: self.fleet.clone(),
+            readiness: self.readiness.clone(),
+            metrics: self.metrics.clone(),
+            policy: self.policy.clone(),
+        }
     }
 }
 
-/// The webhook paths, one per kind, as the ValidatingWebhookConfiguration names them.
-pub const VALIDATE_IMAGES: &str = "/validate/valkeyimages";
-pub const VALIDATE_CONFIGS: &str = "/validate/valkeyconfigs";
-pub const VALIDATE_ROLES: &str = "/validate/valkeyroles";
-pub const VALIDATE_CLUSTERS: &str = "/validate/valkeyclusters";
-pub const VALIDATE_NODES: &str = "/validate/valkeynodes";
-
+/// The admission routes (`/validate/...`) beside `/metrics`, `/healthz` and `/readyz`, for a
+/// server with nothing else to watch over: `/healthz` always answers ok.
 pub fn router(state: AppState) -> Router {
+    router_with_health(state, Arc::new(Health::default()))
+}
+
+/// [`router`], with `/healthz` answering 503 once `health` records a dead task.
+pub fn router_with_health(state: AppState, health: Arc<Health>) -> Router {
+    let admission = admission_http::router(state.admission());
+    let health = Router::new()
+        .route("/healthz", get(healthz))
+        .with_state(health);
     Router::new()
-        .route(VALIDATE_IMAGES, post(admission::http::images))
-        .route(VALIDATE_CONFIGS, post(admission::http::configs))
-        .route(VALIDATE_ROLES, post(admission::http::roles))
-        .route(VALIDATE_CLUSTERS, post(admission::http::clusters))
-        .route(VALIDATE_NODES, post(admission::http::nodes))
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .layer(DefaultBodyLimit::max(admission::http::MAX_BODY_BYTES))
         .with_state(state)
+        .merge(health)
+        .merge(admission)
+}
+
+async fn healthz(State(health): State<Arc<Health>>) -> impl IntoResponse {
+    match health.failure() {
+        None => (StatusCode::OK, "ok\n".to_string()),
+        Some(failure) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("unhealthy: {failure}\n"),
+        ),
+    }
 }
 
 async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
@@ -122,4 +135,32 @@ pub async fn serve_https(
     let result = server.serve(app.into_make_service()).await;
     reloader.abort();
     Ok(result?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn answer(health: &Arc<Health>) -> (StatusCode, String) {
+        let response = healthz(State(health.clone())).await.into_response();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .expect("a short body");
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn healthz_turns_503_and_names_the_dead_task() {
+        let health = Arc::new(Health::default());
+        assert_eq!(answer(&health).await, (StatusCode::OK, "ok\n".into()));
+        health.mark_failed("task `controller` panicked: boom".into());
+        assert_eq!(
+            answer(&health).await,
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unhealthy: task `controller` panicked: boom\n".into()
+            )
+        );
+    }
 }

@@ -8,8 +8,8 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use kube::api::ObjectMeta;
 
+use crate::admission::http;
 use crate::api::{GROUP, VERSION};
-use crate::server;
 
 /// The configuration's name.
 pub const NAME: &str = "valkey-operator";
@@ -18,21 +18,21 @@ pub const NAME: &str = "valkey-operator";
 const WEBHOOKS: &[(&str, &str, &[&str])] = &[
     (
         "valkeyimages",
-        server::VALIDATE_IMAGES,
+        http::VALIDATE_IMAGES,
         &["CREATE", "UPDATE", "DELETE"],
     ),
     (
         "valkeyconfigs",
-        server::VALIDATE_CONFIGS,
+        http::VALIDATE_CONFIGS,
         &["CREATE", "UPDATE", "DELETE"],
     ),
-    ("valkeyroles", server::VALIDATE_ROLES, &["CREATE", "UPDATE"]),
+    ("valkeyroles", http::VALIDATE_ROLES, &["CREATE", "UPDATE"]),
     (
         "valkeyclusters",
-        server::VALIDATE_CLUSTERS,
+        http::VALIDATE_CLUSTERS,
         &["CREATE", "UPDATE"],
     ),
-    ("valkeynodes", server::VALIDATE_NODES, &["CREATE", "UPDATE"]),
+    ("valkeynodes", http::VALIDATE_NODES, &["CREATE", "UPDATE"]),
 ];
 
 /// A configuration pointing at `base_url` (e.g. `https://127.0.0.1:8443`), trusting `ca_pem`.

@@ -1,26 +1,70 @@
-//! The admission endpoints: parse an AdmissionReview leniently, turn it into a typed [`Review`],
-//! run the kind's validator against the cached fleet, and answer with an AdmissionReview.
-//! Malformed requests get a 400 (or 413) with a reason; nothing here panics.
+//! The admission endpoints, as a router of their own that the HTTPS server mounts: parse an
+//! AdmissionReview leniently, turn it into a typed [`Review`], run the kind's validator against
+//! the cached fleet, and answer with an AdmissionReview. Malformed requests get a 400 (or 413)
+//! with a reason; nothing here panics.
 
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
-use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
 use kube::Resource;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde::de::DeserializeOwned;
 
-use super::{Review, Verdict};
+use super::{Policy, Review, Verdict};
 use crate::api::{GROUP, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole};
-use crate::server::AppState;
+use crate::caches::Readiness;
+use crate::fleet::Fleet;
+use crate::metrics::Metrics;
 
 /// Largest AdmissionReview accepted: an object may be 1.5 MiB and a review carries two.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// The webhook paths, one per kind, as the ValidatingWebhookConfiguration names them.
+pub const VALIDATE_IMAGES: &str = "/validate/valkeyimages";
+pub const VALIDATE_CONFIGS: &str = "/validate/valkeyconfigs";
+pub const VALIDATE_ROLES: &str = "/validate/valkeyroles";
+pub const VALIDATE_CLUSTERS: &str = "/validate/valkeyclusters";
+pub const VALIDATE_NODES: &str = "/validate/valkeynodes";
+
+/// What the admission handlers read: the cached fleet, whether the caches have synced, the
+/// metrics they count into and the operator's admission policy.
+#[derive(Clone)]
+pub struct AdmissionState {
+    pub fleet: Arc<RwLock<Fleet>>,
+    pub readiness: Arc<Readiness>,
+    pub metrics: Arc<Metrics>,
+    pub policy: Arc<Policy>,
+}
+
+impl AdmissionState {
+    /// The fleet index for reading. A writer that panicked cannot leave it half-updated in a way
+    /// that matters more than refusing every request would, so a poisoned lock is still read.
+    pub fn fleet_read(&self) -> RwLockReadGuard<'_, Fleet> {
+        self.fleet
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The five `/validate/...` routes, with the body limit that admission reviews need.
+pub fn router(state: AdmissionState) -> Router {
+    Router::new()
+        .route(VALIDATE_IMAGES, post(images))
+        .route(VALIDATE_CONFIGS, post(configs))
+        .route(VALIDATE_ROLES, post(roles))
+        .route(VALIDATE_CLUSTERS, post(clusters))
+        .route(VALIDATE_NODES, post(nodes))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
 
 /// A request that is not an AdmissionReview at all: answered with an HTTP error, not a review.
 struct BadRequest {
@@ -89,9 +133,9 @@ fn operation_label(operation: &Operation) -> &'static str {
 
 /// Runs one kind's validator over a raw request body.
 fn admit<K>(
-    state: &AppState,
+    state: &AdmissionState,
     body: Result<Bytes, BytesRejection>,
-    validate: impl FnOnce(&Review<K>, &AppState) -> Verdict,
+    validate: impl FnOnce(&Review<K>, &AdmissionState) -> Verdict,
 ) -> Response
 where
     K: Resource<DynamicType = ()> + DeserializeOwned,
@@ -123,8 +167,8 @@ where
 fn decide<K>(
     request: &AdmissionRequest<DynamicObject>,
     kind: &str,
-    state: &AppState,
-    validate: impl FnOnce(&Review<K>, &AppState) -> Verdict,
+    state: &AdmissionState,
+    validate: impl FnOnce(&Review<K>, &AdmissionState) -> Verdict,
 ) -> AdmissionResponse
 where
     K: Resource<DynamicType = ()> + DeserializeOwned,
@@ -167,8 +211,8 @@ where
     response
 }
 
-pub async fn images(
-    State(state): State<AppState>,
+async fn images(
+    State(state): State<AdmissionState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     admit::<ValkeyImage>(&state, body, |review, state| {
@@ -176,8 +220,8 @@ pub async fn images(
     })
 }
 
-pub async fn configs(
-    State(state): State<AppState>,
+async fn configs(
+    State(state): State<AdmissionState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     admit::<ValkeyConfig>(&state, body, |review, state| {
@@ -185,8 +229,8 @@ pub async fn configs(
     })
 }
 
-pub async fn clusters(
-    State(state): State<AppState>,
+async fn clusters(
+    State(state): State<AdmissionState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     admit::<ValkeyCluster>(&state, body, |review, state| {
@@ -194,10 +238,16 @@ pub async fn clusters(
     })
 }
 
-pub async fn roles(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn roles(
+    State(state): State<AdmissionState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     admit::<ValkeyRole>(&state, body, |review, _| super::validate_role(review))
 }
 
-pub async fn nodes(State(state): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn nodes(
+    State(state): State<AdmissionState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     admit::<ValkeyNode>(&state, body, |review, _| super::validate_node(review))
 }
