@@ -1,15 +1,23 @@
-# The two commands a newcomer needs: `make dev` (run the product locally) and `make test`.
+# The two commands a newcomer needs: `make dev` (run the product locally) and `make test`;
+# `make test-unit` is the fast tier of the tests, for the edit-compile-test loop.
 # Everything the tests need is fetched or built into ~/.cache/valkey-operator/ and reused.
 SHELL := /bin/bash
 CACHE ?= $(HOME)/.cache/valkey-operator
 export VALKEY_BIN_ROOT := $(CACHE)/valkey
 
-.PHONY: test lint crds tools valkey-bins k8s-bins dev chart-lint
+.PHONY: test test-unit lint crds tools valkey-bins k8s-bins dev chart-lint
 
 ## test: fetch/build what the tests need, then run every test of the workspace.
 ## (Benchmarks are compiled by `make lint` but not run here: they print figures, they do not test.)
 test: tools
 	cargo test --workspace --lib --bins --tests
+
+## test-unit: the fast tier: every crate's unit tests and the integration tests that need no Go
+## toolchain and no control plane (pure ones, the in-process HTTPS server, single valkey-server
+## processes). The roll tests are left to `make test`: real clusters take minutes.
+UNIT_TESTS := crd_drift roll_props admission_https engine_protocol valkey_settings
+test-unit: valkey-bins
+	cargo test --workspace --lib --bins $(addprefix --test ,$(UNIT_TESTS))
 
 ## lint: formatting, clippy, and the CRD drift check.
 lint:

@@ -4,13 +4,10 @@
 //!
 //! Run: `cargo bench --bench admission` (target: p99 under 2 ms on the 2-core machine).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::time::{Duration, Instant};
 
+use harness::https::{TestServer, admission_review, object};
 use serde_json::json;
-use support::{TestServer, admission_review, object};
 use valkey_operator::admission::Policy;
 use valkey_operator::api::{ValkeyConfigSpec, ValkeyImageSpec};
 use valkey_operator::fleet::{ClusterKey, Fleet};

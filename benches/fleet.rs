@@ -10,17 +10,10 @@
 //!
 //! Run: `cargo bench --bench fleet` (needs `make tools`).
 
-#[path = "../tests/e2e_support/mod.rs"]
-mod e2e_support;
-#[path = "../tests/roll_support/mod.rs"]
-mod roll_support;
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use e2e_support::{ClusterWatch, IMAGES, Product};
+use harness::k8s::{ClusterWatch, IMAGES, Product};
 
 const SHARDS: u16 = 3;
 

@@ -9,18 +9,15 @@
 //!
 //! Run: `cargo bench --bench roll` (needs `hack/fetch-valkey.sh 9.0.0 9.1.2`).
 
-#[path = "../tests/roll_support/mod.rs"]
-mod roll_support;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use roll_support::*;
+use harness::eventually;
+use harness::valkey::roller::{LocalRuntime, Roller, StepRecord, converge, roller, shape};
+use harness::valkey::{NEW, OLD, Writer, key_slot, lost_writes, primaries};
 use tokio::time::Instant;
 use valkey_operator::roll::slots::SLOT_COUNT;
 use valkey_operator::roll::{SlotRange, Step};
-use valkey_operator::runtime::driver::{Roller, StepRecord};
-use valkey_operator::runtime::local::LocalRuntime;
 use valkey_operator::runtime::{NodeRuntime, NodeSpec};
 use valkey_operator::valkey::{NodeClient, forget_everywhere};
 
@@ -98,17 +95,18 @@ async fn bare_full_sync(roller: &Roller<LocalRuntime>, name: &str) -> Duration {
         .await
         .unwrap()
         .to_string();
-    let mut probe = None;
-    for _ in 0..200 {
-        if let Ok(client) = NodeClient::connect(&addr, Duration::from_secs(2)).await
-            && client.ping().await.is_ok()
-        {
-            probe = Some(client);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let probe = probe.expect("the probe node never answered");
+    let probe = eventually(
+        "the probe node to answer",
+        Duration::from_secs(10),
+        async || {
+            let client = NodeClient::connect(&addr, Duration::from_secs(2))
+                .await
+                .ok()?;
+            client.ping().await.ok()?;
+            Some(client)
+        },
+    )
+    .await;
     let mut others = Vec::new();
     for other in roller.addresses() {
         others.push(
@@ -136,6 +134,7 @@ async fn bare_full_sync(roller: &Roller<LocalRuntime>, name: &str) -> Duration {
         .replicate(&primary.id, Duration::from_secs(10))
         .await
         .unwrap();
+    // Polled every 10 ms rather than with `eventually`'s growing pauses: the time is the figure.
     let started = Instant::now();
     loop {
         let target = primary_client
@@ -198,7 +197,7 @@ async fn main() {
     );
 
     let writer = Writer::start(roller.addresses());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    writer.assert_progressing().await;
     // The yardstick for a shard's roll: a bare full sync of shard 0 under the same writes,
     // before the roll and after it (the writer's keys make the data grow meanwhile).
     let sync_before = bare_full_sync(&roller, "probe-before").await;

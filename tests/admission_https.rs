@@ -2,12 +2,13 @@
 //! subcommand, a client that verifies the CA, AdmissionReviews shaped as the API server sends
 //! them, certificate reload without a restart, and clean answers to malformed bodies.
 
-mod support;
+use std::time::Duration;
 
-use std::time::{Duration, Instant};
-
+use harness::https::{
+    TestServer, admission_review, object, rustls_client_config, write_certificates,
+};
+use harness::{eventually, metric};
 use serde_json::{Value, json};
-use support::{TestServer, admission_review, object};
 use valkey_operator::admission::Policy;
 use valkey_operator::api::{ValkeyConfigSpec, ValkeyImageSpec};
 use valkey_operator::fleet::{ClusterKey, Fleet};
@@ -216,8 +217,16 @@ async fn malformed_requests_get_clean_answers() {
         .text()
         .await
         .unwrap();
-    assert!(metrics.contains(r#"valkey_operator_webhook_requests_total{kind="ValkeyConfig",operation="unknown",result="invalid"} 4"#), "{metrics}");
-    assert!(metrics.contains(r#"valkey_operator_webhook_requests_total{kind="ValkeyConfig",operation="CREATE",result="denied"} 3"#), "{metrics}");
+    let requests = |operation, result| {
+        let labels = [
+            ("kind", "ValkeyConfig"),
+            ("operation", operation),
+            ("result", result),
+        ];
+        metric(&metrics, "valkey_operator_webhook_requests_total", &labels)
+    };
+    assert_eq!(requests("unknown", "invalid"), Some(4.0), "{metrics}");
+    assert_eq!(requests("CREATE", "denied"), Some(3.0), "{metrics}");
     server.stop().await;
 }
 
@@ -274,7 +283,7 @@ async fn before_the_caches_sync_it_is_not_ready_and_admits_nothing() {
 
 /// The leaf certificate the server presents to a fresh TLS handshake.
 async fn served_certificate(port: u16, ca: &std::path::Path) -> Vec<u8> {
-    let config = std::sync::Arc::new(support::rustls_client_config(ca));
+    let config = std::sync::Arc::new(rustls_client_config(ca));
     let connector = tokio_rustls::TlsConnector::from(config);
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -303,17 +312,15 @@ async fn replaced_certificate_files_are_served_without_a_restart() {
     assert_eq!(first, certificate_file(dir.path()));
 
     // Reissue (same CA, new key and certificate) and wait for the server to pick it up.
-    support::write_certificates(dir.path());
+    write_certificates(dir.path());
     let second = certificate_file(dir.path());
     assert_ne!(first, second);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while served_certificate(server.port, &ca).await != second {
-        assert!(
-            Instant::now() < deadline,
-            "the new certificate was not served within 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(
+        "the new certificate to be served",
+        Duration::from_secs(10),
+        async || served_certificate(server.port, &ca).await == second,
+    )
+    .await;
 
     // A broken replacement is refused and the last good certificate stays.
     std::fs::write(
@@ -321,18 +328,23 @@ async fn replaced_certificate_files_are_served_without_a_restart() {
         "-----BEGIN CERTIFICATE-----\nnot base64\n",
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let metrics = server.metrics.render().unwrap();
-        if metrics.contains(r#"valkey_operator_certificate_reloads_total{result="failed"} 1"#) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the broken files were not noticed: {metrics}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(
+        "the broken files to be noticed",
+        Duration::from_secs(10),
+        async || {
+            let metrics = server.metrics.render().unwrap();
+            let failed = [("result", "failed")];
+            match metric(
+                &metrics,
+                "valkey_operator_certificate_reloads_total",
+                &failed,
+            ) {
+                Some(1.0) => Ok(()),
+                _ => Err(metrics),
+            }
+        },
+    )
+    .await;
     assert_eq!(served_certificate(server.port, &ca).await, second);
     let response = server
         .client

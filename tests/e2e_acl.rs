@@ -3,13 +3,11 @@
 //! granting it, and a user removed from the spec is deleted. Checked on each real valkey-server
 //! with `AUTH` and `ACL DRYRUN`.
 
-mod e2e_support;
-mod roll_support;
-mod support;
-
 use std::time::Duration;
 
-use e2e_support::{IMAGES, Product, connect};
+use harness::eventually;
+use harness::k8s::{IMAGES, Product};
+use harness::valkey::connect;
 use sha2::{Digest, Sha256};
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -79,18 +77,19 @@ async fn permissions(product: &Product) -> Vec<(bool, bool, bool)> {
 
 /// Polls until every one of the 4 nodes shows `expected`.
 async fn wait_for_permissions(product: &Product, what: &str, expected: (bool, bool, bool)) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let seen = permissions(product).await;
-        if seen == [expected; 4] {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: expected {expected:?} on every node, saw {seen:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    eventually(
+        format!("{what}: {expected:?} on every node"),
+        Duration::from_secs(60),
+        async || {
+            let seen = permissions(product).await;
+            if seen == [expected; 4] {
+                Ok(())
+            } else {
+                Err(format!("{seen:?}"))
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -154,29 +153,30 @@ async fn acl_users_and_roles_apply_live_on_every_node() {
         Some("vault"),
         r#"{"spec": {"acl": []}}"#,
     );
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut users = Vec::new();
-        for address in pods.values() {
-            let mut connection = connect(address).await;
-            let names: Vec<String> = redis::cmd("ACL")
-                .arg("USERS")
-                .query_async(&mut connection)
-                .await
-                .unwrap();
-            users.push(names);
-        }
-        if users.iter().all(|names| names == &["default"]) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the removed user is still there: {users:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    eventually(
+        "the removed user to be deleted from every node",
+        Duration::from_secs(60),
+        async || {
+            let mut users = Vec::new();
+            for address in pods.values() {
+                let mut connection = connect(address).await;
+                let names: Vec<String> = redis::cmd("ACL")
+                    .arg("USERS")
+                    .query_async(&mut connection)
+                    .await
+                    .unwrap();
+                users.push(names);
+            }
+            if users.iter().all(|names| names == &["default"]) {
+                Ok(())
+            } else {
+                Err(format!("{users:?}"))
+            }
+        },
+    )
+    .await;
 
     // All of it live: the same Pods, no failover.
     assert_eq!(product.addresses("vault", "accounts"), pods);
-    assert_eq!(product.failovers("vault", "accounts").await, 0);
+    product.assert_failovers("vault", "accounts", 0).await;
 }

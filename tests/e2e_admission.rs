@@ -1,19 +1,12 @@
 //! Admission end to end: the real operator binary serving webhooks for a real kube-apiserver
 //! (built by hack/build-k8s.sh), driven by the real `kubectl` as a user would.
 
-mod support;
+use std::time::Duration;
 
-use std::time::{Duration, Instant};
-
-use support::chart::{kubectl, must};
-use support::local::LocalOperator;
+use harness::eventually;
+use harness::k8s::LocalOperator;
+use harness::k8s::chart::{image, kubectl, must};
 use testenv::ControlPlane;
-
-fn image(name: &str, version: &str) -> String {
-    format!(
-        "apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyImage\nmetadata:\n  name: {name}\nspec:\n  repository: valkey/valkey\n  tag: \"{version}\"\n  version: \"{version}\"\n"
-    )
-}
 
 #[tokio::test]
 async fn kubectl_meets_the_floor_and_the_fleet_warning() {
@@ -85,20 +78,21 @@ spec: {configRef: standard-large, shards: 2, replicasPerShard: 1}
         "-p",
         r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
     ];
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut dry = patch.to_vec();
-        dry.push("--dry-run=server");
-        let output = must(&plane, &dry, None);
-        if output.contains("rolls 2 ValkeyClusters") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the webhook never saw both clusters: {output}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually(
+        "the webhook to see both clusters",
+        Duration::from_secs(30),
+        async || {
+            let mut dry = patch.to_vec();
+            dry.push("--dry-run=server");
+            let output = must(&plane, &dry, None);
+            if output.contains("rolls 2 ValkeyClusters") {
+                Ok(())
+            } else {
+                Err(output)
+            }
+        },
+    )
+    .await;
     // The guide's own command, verbatim.
     let (ok, output) = kubectl(&plane, &patch, None);
     assert!(ok, "{output}");

@@ -7,16 +7,13 @@
 //! never below target, state Active throughout, no acknowledged write lost; a cluster on an
 //! unrelated config does not move.
 
-mod e2e_support;
-mod roll_support;
-mod support;
-
 use std::time::Duration;
 
-use e2e_support::{ClusterWatch, Product, condition, converged};
-use roll_support::versions;
+use harness::k8s::chart::get_json;
+use harness::k8s::{ClusterWatch, Product, condition, converged};
+use harness::valkey::versions;
+use harness::{eventually, metric};
 use serde_json::Value;
-use support::chart::get_json;
 
 const SAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/samples");
 
@@ -33,21 +30,20 @@ async fn the_guides_fleet_upgrade() {
         ("team-search", "query-cache"),
     ];
     let mut saw_joining = false;
-    product
-        .wait_until("the fleet comes up", Duration::from_secs(240), |product| {
-            let nodes = product.kubectl(&["get", "valkeynodes", "-n", "team-payments"]);
-            saw_joining |= nodes.contains("Joining");
-            if on_standard
-                .iter()
-                .all(|(ns, name)| converged(&product.cluster(ns, name), "9.0.0"))
-                && converged(&product.cluster("team-search", "suggestions"), "9.1.2")
-            {
-                Ok(())
-            } else {
-                Err(nodes)
-            }
-        })
-        .await;
+    eventually("the fleet comes up", Duration::from_secs(240), async || {
+        let nodes = product.kubectl(&["get", "valkeynodes", "-n", "team-payments"]);
+        saw_joining |= nodes.contains("Joining");
+        if on_standard
+            .iter()
+            .all(|(ns, name)| converged(&product.cluster(ns, name), "9.0.0"))
+            && converged(&product.cluster("team-search", "suggestions"), "9.1.2")
+        {
+            Ok(())
+        } else {
+            Err(nodes)
+        }
+    })
+    .await;
     assert!(
         saw_joining,
         "kubectl get valkeynodes never showed a Joining node"
@@ -79,28 +75,27 @@ async fn the_guides_fleet_upgrade() {
     );
 
     let mut overlapped = false;
-    product
-        .wait_until("the fleet rolls", Duration::from_secs(300), |product| {
-            let states: Vec<Value> = rolling
-                .iter()
-                .map(|(ns, name, _)| product.cluster(ns, name))
-                .collect();
-            for state in &states {
-                assert_eq!(
-                    state["status"]["state"], "Active",
-                    "state left Active during the roll: {state}"
-                );
-            }
-            overlapped |= states
-                .iter()
-                .all(|s| condition(s, "Progressing").as_deref() == Some("True"));
-            if states.iter().all(|s| converged(s, "9.1.2")) {
-                Ok(())
-            } else {
-                Err(format!("{states:#?}"))
-            }
-        })
-        .await;
+    eventually("the fleet rolls", Duration::from_secs(300), async || {
+        let states: Vec<Value> = rolling
+            .iter()
+            .map(|(ns, name, _)| product.cluster(ns, name))
+            .collect();
+        for state in &states {
+            assert_eq!(
+                state["status"]["state"], "Active",
+                "state left Active during the roll: {state}"
+            );
+        }
+        overlapped |= states
+            .iter()
+            .all(|s| condition(s, "Progressing").as_deref() == Some("True"));
+        if states.iter().all(|s| converged(s, "9.1.2")) {
+            Ok(())
+        } else {
+            Err(format!("{states:#?}"))
+        }
+    })
+    .await;
     assert!(overlapped, "the clusters did not roll at the same time");
 
     for ((ns, name, shards), watch) in rolling.iter().zip(watches) {
@@ -119,14 +114,20 @@ async fn the_guides_fleet_upgrade() {
 
     // The operator's own count: one failover per shard of each rolled cluster, none elsewhere.
     for (ns, name, shards) in rolling {
-        assert_eq!(product.failovers(ns, name).await, u64::from(shards));
+        product.assert_failovers(ns, name, u64::from(shards)).await;
     }
-    assert_eq!(product.failovers("team-search", "suggestions").await, 0);
+    product
+        .assert_failovers("team-search", "suggestions", 0)
+        .await;
     let metrics = product.operator.metrics().await;
-    assert!(
-        metrics.contains(
-            r#"valkey_operator_cluster_outdated_nodes{cluster="sessions",namespace="team-payments"} 0"#
+    let sessions = [("cluster", "sessions"), ("namespace", "team-payments")];
+    assert_eq!(
+        metric(
+            &metrics,
+            "valkey_operator_cluster_outdated_nodes",
+            &sessions
         ),
+        Some(0.0),
         "{metrics}"
     );
 

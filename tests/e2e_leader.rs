@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use harness::eventually;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use testenv::ControlPlane;
@@ -34,18 +35,8 @@ fn start(client: kube::Client, identity: &str) -> Elector {
     }
 }
 
-/// Polls until `condition`, asserting `invariant` at every poll.
-async fn until(what: &str, mut condition: impl FnMut() -> bool, mut invariant: impl FnMut()) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        invariant();
-        if condition() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+/// How long an election may take: a Lease expires after 3 s, retried every 300 ms.
+const ELECTION: Duration = Duration::from_secs(30);
 
 async fn holder(leases: &Api<Lease>) -> Option<String> {
     leases
@@ -63,38 +54,38 @@ async fn one_leader_at_a_time_with_handover_and_takeover() {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
 
     let mut a = start(client.clone(), "replica-a");
-    until("replica-a to lead", || *a.leading.borrow(), || {}).await;
+    eventually("replica-a to lead", ELECTION, async || *a.leading.borrow()).await;
     let mut b = start(client.clone(), "replica-b");
-    // For several retry periods, b must not lead while a does.
+    // For several retry periods, b must not lead while a does: a deliberate hold, checked
+    // every 50 ms, not a wait for something to happen.
     let watched_until = Instant::now() + Duration::from_secs(3);
-    until(
-        "three seconds of a leading alone",
-        || Instant::now() > watched_until,
-        || {
-            assert!(
-                *a.leading.borrow() && !*b.leading.borrow(),
-                "two leaders, or a lost its lease"
-            );
-        },
-    )
-    .await;
+    while Instant::now() < watched_until {
+        assert!(
+            *a.leading.borrow() && !*b.leading.borrow(),
+            "two leaders, or a lost its lease"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(holder(&leases).await.as_deref(), Some("replica-a"));
 
     // A clean shutdown releases the Lease; b takes over.
     let _ = a.stop.take().unwrap().send(());
     (&mut a.task).await.unwrap();
     assert!(!*a.leading.borrow());
-    until("replica-b to take over", || *b.leading.borrow(), || {}).await;
+    eventually("replica-b to take over", ELECTION, async || {
+        *b.leading.borrow()
+    })
+    .await;
     assert_eq!(holder(&leases).await.as_deref(), Some("replica-b"));
 
     // b dies without releasing: c takes over once the Lease expires, never both at once.
     let c = start(client.clone(), "replica-c");
     b.task.abort();
     let _ = (&mut b.task).await;
-    until(
+    eventually(
         "replica-c to take over an expired lease",
-        || *c.leading.borrow(),
-        || {},
+        ELECTION,
+        async || *c.leading.borrow(),
     )
     .await;
     let transitions = leases

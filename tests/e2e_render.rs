@@ -2,9 +2,9 @@
 //! as the controller renders them become a live cluster-enabled valkey-server on the Pod IP, and
 //! deleting the ValkeyCluster removes node, Pod and process through ownerReferences alone.
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use harness::eventually;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -17,19 +17,8 @@ use valkey_operator::api::{
 use valkey_operator::controller::render::ClusterRender;
 use valkey_operator::resolve::{Chain, EffectiveConfig, ResolvedImage};
 
-async fn eventually<T, Fut: Future<Output = Option<T>>>(
-    what: &str,
-    mut check: impl FnMut() -> Fut,
-) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+/// How long the API server, its controllers and the kubelet get for each step.
+const WITHIN: Duration = Duration::from_secs(60);
 
 async fn install_crds(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -38,7 +27,7 @@ async fn install_crds(client: &Client) {
     }
     for crd in api::crds() {
         let name = crd.name_any();
-        eventually(&format!("CRD {name} established"), || async {
+        eventually(format!("CRD {name} established"), WITHIN, async || {
             let crd = crds.get(&name).await.ok()?;
             let established = crd
                 .status?
@@ -117,12 +106,12 @@ async fn a_rendered_node_runs_and_goes_with_its_cluster() {
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let pod = render.pod(&node, NodeRole::Primary);
-    eventually("the Pod to be accepted", || async {
-        pods.create(&PostParams::default(), &pod).await.ok()
+    eventually("the Pod to be accepted", WITHIN, async || {
+        pods.create(&PostParams::default(), &pod).await
     })
     .await;
 
-    let ip = eventually("the Pod to be Ready", || async {
+    let ip = eventually("the Pod to be Ready", WITHIN, async || {
         let pod = pods.get("orders-0-a").await.ok()?;
         let status = pod.status?;
         let ready = status
@@ -169,7 +158,7 @@ async fn a_rendered_node_runs_and_goes_with_its_cluster() {
         .delete("orders", &DeleteParams::foreground())
         .await
         .unwrap();
-    eventually("the node, Pod and process to go", || async {
+    eventually("the node, Pod and process to go", WITHIN, async || {
         let gone = nodes.get_opt("orders-0-a").await.ok()?.is_none()
             && pods.get_opt("orders-0-a").await.ok()?.is_none()
             && kubelet.pod_process(namespace, "orders-0-a").is_none();

@@ -3,14 +3,11 @@
 //! setting and podAnnotations changed in place against a restart-only setting that rolls; a
 //! roll onto an image that never becomes ready, and its fix; the operator killed mid-roll.
 
-mod e2e_support;
-mod roll_support;
-mod support;
-
 use std::time::Duration;
 
-use e2e_support::{ClusterWatch, IMAGES, Product, condition, condition_field, connect, converged};
-use roll_support::versions;
+use harness::eventually;
+use harness::k8s::{ClusterWatch, IMAGES, Product, condition, condition_field, converged};
+use harness::valkey::{connect, versions};
 use serde_json::Value;
 
 /// A namespace, a config on 9.0.0 and clusters of `shards` × 1 replica on it.
@@ -107,8 +104,11 @@ spec: {imageRef: valkey-9-1-2, valkey: {save: "", maxmemory-policy: noeviction}}
             && switched.contains("it rolls now"),
         "{switched}"
     );
-    product
-        .wait_until("cart rolls onto 9.1.2", Duration::from_secs(180), |p| {
+    eventually(
+        "cart rolls onto 9.1.2",
+        Duration::from_secs(180),
+        async || {
+            let p = &product;
             let checkout = p.cluster("shop", "checkout");
             assert_eq!(
                 condition(&checkout, "Progressing").as_deref(),
@@ -121,8 +121,9 @@ spec: {imageRef: valkey-9-1-2, valkey: {save: "", maxmemory-policy: noeviction}}
             } else {
                 Err(cart["status"].to_string())
             }
-        })
-        .await;
+        },
+    )
+    .await;
     let report = watch.finish(&product).await;
     report.assert_shards(1, 1, 1);
     let cart: Vec<String> = report.pods_after.values().cloned().collect();
@@ -147,8 +148,8 @@ spec: {imageRef: valkey-9-1-2, valkey: {save: "", maxmemory-policy: noeviction}}
     report.assert_shards(1, 1, 1);
     let cart: Vec<String> = report.pods_after.values().cloned().collect();
     assert_eq!(versions(&cart).await, ["9.0.0", "9.0.0"]);
-    assert_eq!(product.failovers("shop", "cart").await, 2);
-    assert_eq!(product.failovers("shop", "checkout").await, 0);
+    product.assert_failovers("shop", "cart", 2).await;
+    product.assert_failovers("shop", "checkout", 0).await;
 
     // Below the floor, by either path: the image exists, yet no config may point at it.
     let (ok, refused) = product.try_kubectl(
@@ -203,26 +204,27 @@ async fn a_live_setting_changes_in_place_and_a_restart_only_setting_rolls() {
         r#"{"spec": {"valkey": {"maxmemory-policy": "allkeys-lru"}}}"#,
     );
     assert!(!patched.contains("rolls"), "{patched}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let seen = config_everywhere(&product, "tuning", "cache", "maxmemory-policy").await;
-        if seen.len() == 4 && seen.iter().all(|v| v == "allkeys-lru") {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the live setting did not reach every node: {seen:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    eventually(
+        "the live setting to reach every node",
+        Duration::from_secs(60),
+        async || {
+            let seen = config_everywhere(&product, "tuning", "cache", "maxmemory-policy").await;
+            if seen.len() == 4 && seen.iter().all(|v| v == "allkeys-lru") {
+                Ok(())
+            } else {
+                Err(format!("{seen:?}"))
+            }
+        },
+    )
+    .await;
     // podAnnotations: patched onto the live Pods, nothing replaced.
     product.patch(
         "valkeycluster/cache",
         Some("tuning"),
         r#"{"spec": {"podAnnotations": {"example.com/owner": "team-tuning"}}}"#,
     );
-    product
-        .wait_until("the annotation reaches every Pod", Duration::from_secs(60), |p| {
+    eventually("the annotation reaches every Pod", Duration::from_secs(60), async || {
+        let p = &product;
             let owners = p.kubectl(&[
                 "get",
                 "pods",
@@ -242,7 +244,7 @@ async fn a_live_setting_changes_in_place_and_a_restart_only_setting_rolls() {
     assert_eq!(cluster["status"]["desiredRevision"], revision_before);
     assert!(converged(&cluster, "9.0.0"), "{cluster}");
     assert_eq!(product.addresses("tuning", "cache"), watch.pods_before);
-    assert_eq!(product.failovers("tuning", "cache").await, 0);
+    product.assert_failovers("tuning", "cache", 0).await;
 
     // dbfilename: CONFIG SET refuses it, so every node is replaced, one shard at a time.
     product.patch(
@@ -250,21 +252,21 @@ async fn a_live_setting_changes_in_place_and_a_restart_only_setting_rolls() {
         None,
         r#"{"spec": {"valkey": {"dbfilename": "cache.rdb"}}}"#,
     );
-    product
-        .wait_until(
-            "the restart-only setting rolls",
-            Duration::from_secs(240),
-            |p| {
-                let cluster = p.cluster("tuning", "cache");
-                let rolled = cluster["status"]["desiredRevision"] != revision_before;
-                if rolled && converged(&cluster, "9.0.0") {
-                    Ok(())
-                } else {
-                    Err(cluster["status"].to_string())
-                }
-            },
-        )
-        .await;
+    eventually(
+        "the restart-only setting rolls",
+        Duration::from_secs(240),
+        async || {
+            let p = &product;
+            let cluster = p.cluster("tuning", "cache");
+            let rolled = cluster["status"]["desiredRevision"] != revision_before;
+            if rolled && converged(&cluster, "9.0.0") {
+                Ok(())
+            } else {
+                Err(cluster["status"].to_string())
+            }
+        },
+    )
+    .await;
     let pods_before = watch.pods_before.clone();
     let report = watch.finish(&product).await;
     report.assert_shards(2, 1, 1);
@@ -285,7 +287,7 @@ async fn a_live_setting_changes_in_place_and_a_restart_only_setting_rolls() {
         config_everywhere(&product, "tuning", "cache", "maxmemory-policy").await,
         ["allkeys-lru"; 4]
     );
-    assert_eq!(product.failovers("tuning", "cache").await, 2);
+    product.assert_failovers("tuning", "cache", 2).await;
 }
 
 #[tokio::test]
@@ -314,28 +316,29 @@ spec: {repository: valkey/valkey, tag: "9.2.0", version: "9.2.0"}
         None,
         r#"{"spec": {"imageRef": "valkey-9-2-0"}}"#,
     );
-    product
-        .wait_until(
-            "the roll stalls as Degraded",
-            Duration::from_secs(90),
-            |p| {
-                let cluster = p.cluster("risky", "ledger");
-                assert_eq!(cluster["status"]["state"], "Active", "{cluster}");
-                if condition(&cluster, "Degraded").as_deref() == Some("True") {
-                    Ok(())
-                } else {
-                    Err(cluster["status"].to_string())
-                }
-            },
-        )
-        .await;
+    eventually(
+        "the roll stalls as Degraded",
+        Duration::from_secs(90),
+        async || {
+            let p = &product;
+            let cluster = p.cluster("risky", "ledger");
+            assert_eq!(cluster["status"]["state"], "Active", "{cluster}");
+            if condition(&cluster, "Degraded").as_deref() == Some("True") {
+                Ok(())
+            } else {
+                Err(cluster["status"].to_string())
+            }
+        },
+    )
+    .await;
     let cluster = product.cluster("risky", "ledger");
     let message = condition_field(&cluster, "Degraded", "message").unwrap_or_default();
     assert!(
         message.contains("shard 0") && message.contains("never became ready"),
         "{message}"
     );
-    // Stays stalled: nothing retired, the second shard untouched, no failover.
+    // Stays stalled: nothing retired, the second shard untouched, no failover. (A deliberate
+    // hold: five more seconds in which nothing must happen.)
     tokio::time::sleep(Duration::from_secs(5)).await;
     watch.assert_writing().await;
     let pods = product.addresses("risky", "ledger");
@@ -357,7 +360,7 @@ spec: {repository: valkey/valkey, tag: "9.2.0", version: "9.2.0"}
     assert!(waiting.contains("ImagePull"), "{waiting}");
     let events = product.kubectl(&["get", "events", "-n", "risky"]);
     assert!(events.contains("RollStalled"), "{events}");
-    assert_eq!(product.failovers("risky", "ledger").await, 0);
+    product.assert_failovers("risky", "ledger", 0).await;
 
     // The fix: point the config at an image that exists. The roll resumes by itself.
     product.patch(
@@ -378,7 +381,7 @@ spec: {repository: valkey/valkey, tag: "9.2.0", version: "9.2.0"}
     report.assert_shards(2, 1, 1);
     let addresses: Vec<String> = report.pods_after.values().cloned().collect();
     assert_eq!(versions(&addresses).await, ["9.1.2"; 4]);
-    assert_eq!(product.failovers("risky", "ledger").await, 2);
+    product.assert_failovers("risky", "ledger", 2).await;
 }
 
 #[tokio::test]
@@ -398,15 +401,15 @@ async fn killing_the_operator_mid_roll_then_restarting_it_finishes_the_roll() {
         r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
     );
     // Mid-roll: the first shard has failed over, the others have not.
-    product
-        .wait_until("the first failover", Duration::from_secs(120), |p| {
-            let cluster = p.cluster("payments", "payments");
-            match cluster["status"]["roll"]["failedOverShards"].as_array() {
-                Some(shards) if !shards.is_empty() => Ok(()),
-                _ => Err(cluster["status"].to_string()),
-            }
-        })
-        .await;
+    eventually("the first failover", Duration::from_secs(120), async || {
+        let p = &product;
+        let cluster = p.cluster("payments", "payments");
+        match cluster["status"]["roll"]["failedOverShards"].as_array() {
+            Some(shards) if !shards.is_empty() => Ok(()),
+            _ => Err(cluster["status"].to_string()),
+        }
+    })
+    .await;
     product.operator.kill_and_restart();
     product.operator.wait_ready(Duration::from_secs(60)).await;
     // The old leader's Lease has to expire (15 s) before the new process reconciles.

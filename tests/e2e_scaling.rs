@@ -3,14 +3,11 @@
 //! atomic slot migration, replicas joined and retired, no primary fails over, and no
 //! acknowledged write is lost. Then `kubectl delete` of the cluster retires all of it.
 
-mod e2e_support;
-mod roll_support;
-mod support;
-
 use std::time::Duration;
 
-use e2e_support::{ClusterWatch, IMAGES, Product};
-use roll_support::settled_layout;
+use harness::k8s::{ClusterWatch, IMAGES, Product};
+use harness::valkey::wait_for_layout;
+use harness::{eventually, metric};
 
 const CLUSTER: &str = r#"
 apiVersion: v1
@@ -41,11 +38,7 @@ async fn scale_to(product: &Product, patch: &str, expected: &[(usize, u32)]) {
         .map(|(replicas, _)| 1 + replicas)
         .sum::<usize>();
     assert_eq!(addresses.len(), nodes, "after {patch}: {addresses:?}");
-    assert_eq!(
-        settled_layout(&addresses, expected).await,
-        expected,
-        "after {patch}"
-    );
+    wait_for_layout(&addresses, expected).await;
     let status = product.cluster("growth", "feed")["status"].clone();
     assert_eq!(
         status["shards"].as_array().map(Vec::len),
@@ -72,10 +65,18 @@ async fn scaling_shards_and_replicas_with_kubectl_patch_loses_no_write() {
     .await;
     watch.assert_writing().await;
     let metrics = product.operator.metrics().await;
+    let completed = [
+        ("cluster", "feed"),
+        ("namespace", "growth"),
+        ("result", "completed"),
+    ];
     assert!(
-        metrics.contains(
-            r#"valkey_operator_slot_migrations_total{cluster="feed",namespace="growth",result="completed"}"#
-        ),
+        metric(
+            &metrics,
+            "valkey_operator_slot_migrations_total",
+            &completed
+        )
+        .is_some_and(|n| n > 0.0),
         "{metrics}"
     );
     scale_to(
@@ -101,7 +102,7 @@ async fn scaling_shards_and_replicas_with_kubectl_patch_loses_no_write() {
 
     watch.finish(&product).await;
     // Scaling moves slots and joins or retires replicas; it never fails a primary over.
-    assert_eq!(product.failovers("growth", "feed").await, 0);
+    product.assert_failovers("growth", "feed", 0).await;
 
     // Deleting the cluster: the operator's finalizer retires every node, then lets it go.
     let finalizers = product.cluster("growth", "feed")["metadata"]["finalizers"].to_string();
@@ -117,24 +118,24 @@ async fn scaling_shards_and_replicas_with_kubectl_patch_loses_no_write() {
         "growth",
         "--timeout=60s",
     ]);
-    product
-        .wait_until(
-            "the deleted cluster's nodes go",
-            Duration::from_secs(60),
-            |p| {
-                let left = p.kubectl(&["get", "valkeynodes,pods", "-n", "growth", "-o", "name"]);
-                let running = p
-                    .kubelet
-                    .pod_processes()
-                    .iter()
-                    .filter(|process| process.namespace == "growth")
-                    .count();
-                if left.trim().is_empty() && running == 0 {
-                    Ok(())
-                } else {
-                    Err(format!("{left}\n{running} valkey-server processes"))
-                }
-            },
-        )
-        .await;
+    eventually(
+        "the deleted cluster's nodes go",
+        Duration::from_secs(60),
+        async || {
+            let p = &product;
+            let left = p.kubectl(&["get", "valkeynodes,pods", "-n", "growth", "-o", "name"]);
+            let running = p
+                .kubelet
+                .pod_processes()
+                .iter()
+                .filter(|process| process.namespace == "growth")
+                .count();
+            if left.trim().is_empty() && running == 0 {
+                Ok(())
+            } else {
+                Err(format!("{left}\n{running} valkey-server processes"))
+            }
+        },
+    )
+    .await;
 }

@@ -3,15 +3,13 @@
 //! migration, a clean failover polled to completion, CONFIG SET, ACL SETUSER, FORGET
 //! everywhere, and errors that name the node and command.
 
-mod roll_support;
-
 use std::time::Duration;
 
-use roll_support::{NEW, OLD, key_slot};
+use harness::eventually;
+use harness::valkey::roller::LocalRuntime;
+use harness::valkey::{NEW, OLD, key_slot};
 use sha2::{Digest, Sha256};
-use tokio::time::{Instant, sleep};
 use valkey_operator::roll::{Role, SlotRange};
-use valkey_operator::runtime::local::LocalRuntime;
 use valkey_operator::runtime::{NodeRuntime, NodeSpec};
 use valkey_operator::valkey::{NodeAddress, NodeClient, forget_everywhere};
 
@@ -24,35 +22,20 @@ async fn start(runtime: &LocalRuntime, name: &str, version: &str) -> NodeClient 
         revision: version.into(),
     };
     let addr = runtime.start_node(&spec).await.unwrap().to_string();
-    let started = Instant::now();
-    loop {
-        if let Ok(client) = NodeClient::connect(&addr, CALL).await
-            && client.ping().await.is_ok()
-        {
-            return client;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{name} never answered"
-        );
-        sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        format!("{name} to answer"),
+        Duration::from_secs(10),
+        async || {
+            let client = NodeClient::connect(&addr, CALL).await.ok()?;
+            client.ping().await.ok()?;
+            Some(client)
+        },
+    )
+    .await
 }
 
-async fn until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while !check().await {
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "timed out: {what}"
-        );
-        sleep(Duration::from_millis(50)).await;
-    }
-}
+/// How long gossip and replication get to show a change on every node.
+const SETTLE: Duration = Duration::from_secs(15);
 
 fn address(client: &NodeClient) -> NodeAddress {
     client.addr().parse().unwrap()
@@ -77,7 +60,7 @@ async fn engine_commands_on_real_nodes() {
         .await
         .unwrap();
     for node in [&a, &b, &c] {
-        until("cluster_state:ok", || async {
+        eventually("cluster_state:ok", SETTLE, async || {
             node.cluster_info().await.is_ok_and(|i| i.state_ok)
         })
         .await;
@@ -138,7 +121,7 @@ async fn engine_commands_on_real_nodes() {
     b.cancel_slot_migrations().await.unwrap();
 
     // A clean failover onto the 9.1.2 replica, once every primary knows it as a's replica.
-    until("c synced and known", || async {
+    eventually("c synced and known", SETTLE, async || {
         let info = c.replication_info().await.unwrap();
         let b_knows = b
             .cluster_nodes()

@@ -1,17 +1,17 @@
 //! The Helm chart (`charts/valkey-operator`) with the real helm, kubectl and control plane:
 //! lint and render; a server-side dry run of everything it renders; schema refusals; install;
 //! the operator binary running under only the chart's ServiceAccount and RBAC (see
-//! `support::chart` for how, without a container runtime); a removed verb keeping it unready;
+//! `harness::k8s::chart` for how, without a container runtime); a removed verb keeping it unready;
 //! upgrade with a stable CA; uninstall.
-
-mod support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use harness::https::write_certificates;
+use harness::k8s::chart::*;
+use harness::{GROUP, eventually};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use support::chart::*;
 use testenv::ControlPlane;
 
 /// Every document of a multi-document YAML stream.
@@ -126,7 +126,7 @@ fn chart_lints_clean_and_renders_what_the_operator_needs() {
     // The webhook configuration has exactly the rules the binary's own `webhook-config` prints,
     // and trusts the CA in the generated Secret.
     let certificates = tempfile::tempdir().unwrap();
-    support::write_certificates(certificates.path());
+    write_certificates(certificates.path());
     let printed = Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
         .args([
             "webhook-config",
@@ -469,7 +469,7 @@ async fn without_a_needed_verb_the_operator_never_becomes_ready() {
 
     let mut operator = Operator::start(&identity, "operator.log");
     // Give it far longer than a ready start takes (about a second): it must stay unready, and
-    // name exactly the cache the missing verb starves.
+    // name exactly the cache the missing verb starves. (A deliberate hold, checked every poll.)
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut last = None;
     while Instant::now() < deadline {
@@ -505,18 +505,12 @@ async fn without_a_needed_verb_the_operator_never_becomes_ready() {
         .expect("a configmaps rule");
     set_role_verbs(&plane, "role", index, &["watch"]);
     let mut operator = Operator::start(&identity, "operator-no-configmap.log");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = operator.exited() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still running:\n{}",
-            operator.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let status = eventually(
+        "the operator to stop at start",
+        Duration::from_secs(30),
+        async || operator.exited().ok_or_else(|| operator.log()),
+    )
+    .await;
     assert!(!status.success());
     let log = operator.log();
     assert!(
@@ -581,39 +575,42 @@ spec: {configRef: standard, shards: 1, replicasPerShard: 0}
             .and_then(|c| c.iter().find(|c| c["type"] == "Degraded").cloned())
             .unwrap_or(Value::Null)
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = status(&plane);
-        let condition = degraded(&status);
-        // (A first pass may also report the config as not yet known: caches are eventually
-        // consistent. The condition that must show up is the forbidden Pod.)
-        let message = condition["message"].as_str().unwrap_or_default();
-        if condition["status"] == "True" && message.contains("pods is forbidden") {
-            assert_ne!(status["state"], "Active");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no Degraded condition: {status}\n{}",
-            operator.log()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    eventually(
+        "Degraded for the forbidden Pod",
+        Duration::from_secs(60),
+        async || {
+            let status = status(&plane);
+            let condition = degraded(&status);
+            // (A first pass may also report the config as not yet known: caches are eventually
+            // consistent. The condition that must show up is the forbidden Pod.)
+            let message = condition["message"].as_str().unwrap_or_default();
+            if condition["status"] == "True" && message.contains("pods is forbidden") {
+                assert_ne!(status["state"], "Active");
+                Ok(())
+            } else {
+                Err(format!("{status}\n{}", operator.log()))
+            }
+        },
+    )
+    .await;
 
     set_verbs(
         &plane,
         "pods",
         &["list", "watch", "create", "patch", "delete"],
     );
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while status(&plane)["state"] != "Active" {
-        assert!(
-            Instant::now() < deadline,
-            "not Active once granted: {}\n{}",
-            status(&plane),
-            operator.log()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    eventually(
+        "Active once granted",
+        Duration::from_secs(120),
+        async || {
+            let status = status(&plane);
+            if status["state"] == "Active" {
+                Ok(())
+            } else {
+                Err(format!("{status}\n{}", operator.log()))
+            }
+        },
+    )
+    .await;
     assert_eq!(degraded(&status(&plane))["status"], "False");
 }

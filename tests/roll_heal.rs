@@ -1,14 +1,11 @@
 //! Healing on real valkey-server processes: a crashed replica is replaced, and a shard whose
 //! primary crashed waits for Valkey's own failover and is then refilled, while writes go on.
 
-mod roll_support;
-
 use std::time::Duration;
 
-use roll_support::*;
+use harness::valkey::roller::{LocalRuntime, Roller, converge, roller, shape};
+use harness::valkey::{OLD, Writer, wait_for_layout};
 use valkey_operator::roll::{Role, Step};
-use valkey_operator::runtime::driver::Roller;
-use valkey_operator::runtime::local::LocalRuntime;
 use valkey_operator::valkey::NodeClient;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -24,10 +21,7 @@ async fn crashed_nodes_are_replaced() {
     converge(&mut roller, &desired, Duration::from_secs(60)).await;
     writer.assert_progressing().await;
     assert!(!roller.nodes().contains_key(&replica));
-    assert_eq!(
-        settled_layout(&roller.addresses(), &expected).await,
-        expected
-    );
+    wait_for_layout(&roller.addresses(), &expected).await;
 
     let before = roller.history().len();
     let primary = primary_names(&roller).await[0].clone();
@@ -42,10 +36,7 @@ async fn crashed_nodes_are_replaced() {
         "a crashed primary is Valkey's to fail over, not the planner's"
     );
     assert!(!roller.nodes().contains_key(&primary));
-    assert_eq!(
-        settled_layout(&roller.addresses(), &expected).await,
-        expected
-    );
+    wait_for_layout(&roller.addresses(), &expected).await;
 
     // A crashed primary may take its last unreplicated writes with it (asynchronous
     // replication), so only progress is checked here, not every write.

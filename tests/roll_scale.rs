@@ -2,11 +2,10 @@
 //! atomic slot migration, and replicas per shard 1 → 2 → 0 → 1. No acknowledged write is lost,
 //! slots end balanced, and every shard has the asked-for replicas.
 
-mod roll_support;
-
 use std::time::Duration;
 
-use roll_support::*;
+use harness::valkey::roller::{converge, roller, shape};
+use harness::valkey::{OLD, Writer, assert_no_lost_writes, primaries, wait_for_layout};
 use valkey_operator::roll::Step;
 use valkey_operator::roll::slots::target_count;
 
@@ -15,7 +14,7 @@ async fn shards_three_to_five_to_two_under_writes() {
     let mut roller = roller(43, "shards");
     converge(&mut roller, &shape(3, 1, OLD), Duration::from_secs(60)).await;
     let writer = Writer::start(roller.addresses());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    writer.assert_progressing().await;
     for shards in [5, 2] {
         let before = roller.history().len();
         converge(
@@ -33,10 +32,7 @@ async fn shards_three_to_five_to_two_under_writes() {
         let mut expected: Vec<(usize, u32)> =
             (0..shards).map(|s| (1, target_count(s, shards))).collect();
         expected.sort();
-        assert_eq!(
-            settled_layout(&roller.addresses(), &expected).await,
-            expected
-        );
+        wait_for_layout(&roller.addresses(), &expected).await;
         assert_eq!(roller.addresses().len(), 2 * shards as usize);
     }
     let log = writer.stop().await;
@@ -50,7 +46,7 @@ async fn replicas_one_to_two_to_none_to_one_under_writes() {
     converge(&mut roller, &shape(3, 1, OLD), Duration::from_secs(60)).await;
     let primaries_before = primaries(&roller.addresses()).await;
     let writer = Writer::start(roller.addresses());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    writer.assert_progressing().await;
     for replicas in [2, 0, 1] {
         converge(
             &mut roller,
@@ -63,10 +59,7 @@ async fn replicas_one_to_two_to_none_to_one_under_writes() {
             .into_iter()
             .map(|slots| (replicas as usize, slots))
             .collect();
-        assert_eq!(
-            settled_layout(&roller.addresses(), &expected).await,
-            expected
-        );
+        wait_for_layout(&roller.addresses(), &expected).await;
         assert_eq!(roller.addresses().len(), 3 * (1 + replicas as usize));
         // Scaling replicas never retires (or fails over) a primary.
         assert_eq!(primaries(&roller.addresses()).await, primaries_before);

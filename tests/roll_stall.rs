@@ -2,13 +2,11 @@
 //! become ready in time stalls the roll with the reason, every existing node keeps serving,
 //! and the roll resumes by itself once the node is ready.
 
-mod roll_support;
-
 use std::time::Duration;
 
-use roll_support::*;
+use harness::valkey::roller::{DriveError, Timeouts, converge, roller, shape, test_timeouts};
+use harness::valkey::{NEW, OLD, Writer, assert_no_lost_writes, versions};
 use valkey_operator::roll::StallReason;
-use valkey_operator::runtime::driver::{DriveError, Timeouts};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_join_that_is_not_ready_in_time_stalls_then_resumes() {

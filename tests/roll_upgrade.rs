@@ -2,11 +2,13 @@
 //! 9.0.0, then roll to 9.1.2 and back to 9.0.0 under a continuous writer, while a sampler reads
 //! `CLUSTER NODES` from outside every 100 ms.
 
-mod roll_support;
-
 use std::time::Duration;
 
-use roll_support::*;
+use harness::valkey::roller::{converge, roller, shape};
+use harness::valkey::{
+    NEW, OLD, Sampler, Writer, assert_no_lost_writes, fewest_replicas, layout, primary_changes,
+    versions,
+};
 use valkey_operator::roll::Step;
 
 /// The first slot of each shard in a bootstrapped 3-shard cluster: one probe per shard.

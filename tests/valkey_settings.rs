@@ -3,10 +3,10 @@
 //! apply live with CONFIG SET, and each listed one must be refused by CONFIG SET.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use harness::eventually;
 use valkey_operator::setting_impact::{RESTART_ONLY, is_operator_owned, needs_restart};
 
 struct Server(Child);
@@ -18,35 +18,19 @@ impl Drop for Server {
     }
 }
 
-fn valkey_root() -> PathBuf {
-    std::env::var_os("VALKEY_BIN_ROOT")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/valkey-operator/valkey")
-        })
-}
-
 async fn connect(port: u16) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match client.get_multiplexed_async_connection().await {
-            Ok(connection) => return connection,
-            Err(error) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "valkey-server on {port} never answered: {error}"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-    }
+    eventually(
+        format!("valkey-server on {port} to answer"),
+        Duration::from_secs(10),
+        async || client.get_multiplexed_async_connection().await,
+    )
+    .await
 }
 
 #[tokio::test]
 async fn restart_only_settings_match_real_valkey() {
-    let root = valkey_root();
+    let root = testenv::valkey_bin_root();
     let versions = ["9.0.0", "9.1.2"];
     let mut seen_anywhere = BTreeSet::new();
     for version in versions {

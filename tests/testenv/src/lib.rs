@@ -16,12 +16,14 @@ mod certs;
 mod controlplane;
 mod kubelet;
 mod process;
+pub mod wait;
 
 use std::path::PathBuf;
 use std::process::ExitStatus;
 
 pub use controlplane::{ControlPlane, ControlPlaneOptions};
 pub use kubelet::{KubeletOptions, PodProcess, TestKubelet};
+pub use wait::{Outcome, eventually};
 
 /// The Kubernetes release the binaries are built from (see `hack/build-k8s.sh`).
 pub const KUBERNETES_VERSION: &str = "v1.35.4";

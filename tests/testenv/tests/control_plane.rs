@@ -2,31 +2,15 @@
 //! garbage-collect owned objects and delete namespaces, the real kubectl, and no process
 //! left behind when a test panics.
 
-use std::future::Future;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
-use testenv::{ControlPlane, TestKubelet};
+use testenv::{ControlPlane, TestKubelet, eventually};
 
 const DEADLINE: Duration = Duration::from_secs(60);
-
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(started.elapsed() < DEADLINE, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 fn object<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> T {
     serde_json::from_value(value).unwrap()
@@ -101,10 +85,14 @@ async fn serves_the_pinned_release_with_rbac_and_controllers() {
         .delete("owner", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the owned ConfigMap to be collected", || async {
-        matches!(config_maps.get("owned").await, Err(kube::Error::Api(e)) if e.code == 404)
-            .then_some(())
-    })
+    eventually(
+        "the owned ConfigMap to be collected",
+        DEADLINE,
+        async || {
+            matches!(config_maps.get("owned").await, Err(kube::Error::Api(e)) if e.code == 404)
+                .then_some(())
+        },
+    )
     .await;
 
     // Namespace deletion completes (the namespace controller empties and finalizes it).
@@ -127,7 +115,7 @@ async fn serves_the_pinned_release_with_rbac_and_controllers() {
         .delete("doomed", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("the namespace to be deleted", || async {
+    eventually("the namespace to be deleted", DEADLINE, async || {
         matches!(namespaces.get("doomed").await, Err(kube::Error::Api(e)) if e.code == 404)
             .then_some(())
     })
@@ -153,11 +141,11 @@ async fn panicking_child() {
                                  "args": ["--bind", "$(POD_IP)", "--save", ""],
                                  "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}]},
     }));
-    eventually("the Pod to be accepted", || async {
+    eventually("the Pod to be accepted", DEADLINE, async || {
         pods.create(&PostParams::default(), &pod).await.ok()
     })
     .await;
-    let valkey_pid = eventually("the Pod's process", || async {
+    let valkey_pid = eventually("the Pod's process", DEADLINE, async || {
         kubelet.pod_process("default", "doomed")?.pid
     })
     .await;
@@ -167,8 +155,8 @@ async fn panicking_child() {
     panic!("this test panics on purpose with the control plane and a Pod running");
 }
 
-#[test]
-fn a_panicking_test_leaves_no_process_behind() {
+#[tokio::test]
+async fn a_panicking_test_leaves_no_process_behind() {
     let pid_file = tempfile::NamedTempFile::new().unwrap();
     let child = Command::new(std::env::current_exe().unwrap())
         .args(["panicking_child", "--exact", "--ignored", "--nocapture"])
@@ -189,17 +177,21 @@ fn a_panicking_test_leaves_no_process_behind() {
         4,
         "etcd, kube-apiserver, kube-controller-manager, valkey-server"
     );
-    let started = Instant::now();
-    let survivors = loop {
-        let alive: Vec<&str> = pids
-            .iter()
-            .copied()
-            .filter(|pid| Path::new(&format!("/proc/{pid}")).exists())
-            .collect();
-        if alive.is_empty() || started.elapsed() > Duration::from_secs(10) {
-            break alive;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(survivors.is_empty(), "processes left behind: {survivors:?}");
+    eventually(
+        "every process of the panicked test to end",
+        Duration::from_secs(10),
+        async || {
+            let alive: Vec<&str> = pids
+                .iter()
+                .copied()
+                .filter(|pid| Path::new(&format!("/proc/{pid}")).exists())
+                .collect();
+            if alive.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("processes left behind: {alive:?}"))
+            }
+        },
+    )
+    .await;
 }

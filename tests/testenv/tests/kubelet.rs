@@ -2,31 +2,14 @@
 //! valkey-server processes on their own addresses, are restarted when they crash, report
 //! image pull failures, and are stopped and removed when deleted.
 
-use std::future::Future;
 use std::net::{Ipv4Addr, TcpListener};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
-use testenv::{ControlPlane, TestKubelet};
+use testenv::{ControlPlane, TestKubelet, eventually};
 
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// Polls `check` until it yields a value; panics with `what` after `DEADLINE`.
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(started.elapsed() < DEADLINE, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 /// A Pod as an operator would write it: the address comes from the downward API.
 fn valkey_pod(name: &str, image: &str) -> Pod {
@@ -55,14 +38,14 @@ async fn started(cp: &ControlPlane) -> (Api<Pod>, TestKubelet) {
 /// Creates the Pod, retrying while the namespace's `default` ServiceAccount (made by
 /// kube-controller-manager) does not exist yet.
 async fn create(pods: &Api<Pod>, pod: &Pod) {
-    eventually("the Pod to be accepted", || async {
+    eventually("the Pod to be accepted", DEADLINE, async || {
         pods.create(&PostParams::default(), pod).await.ok()
     })
     .await;
 }
 
 async fn ready_pod(pods: &Api<Pod>, name: &str) -> Pod {
-    eventually(&format!("Pod {name} to be Ready"), || async {
+    eventually(format!("Pod {name} to be Ready"), DEADLINE, async || {
         let pod = pods.get(name).await.ok()?;
         let conditions = pod.status.as_ref()?.conditions.as_ref()?;
         conditions
@@ -150,11 +133,11 @@ async fn pods_run_as_valkey_servers_on_their_own_addresses_until_deleted() {
     let pid = process.pid.unwrap();
     assert!(process_alive(pid));
     pods.delete("new", &DeleteParams::default()).await.unwrap();
-    eventually("the Pod object to be removed", || async {
+    eventually("the Pod object to be removed", DEADLINE, async || {
         matches!(pods.get("new").await, Err(kube::Error::Api(e)) if e.code == 404).then_some(())
     })
     .await;
-    eventually("the process to stop", || async {
+    eventually("the process to stop", DEADLINE, async || {
         (!process_alive(pid)).then_some(())
     })
     .await;
@@ -189,7 +172,7 @@ async fn a_crashed_server_is_reported_and_restarted_on_the_same_address() {
         .status()
         .unwrap();
 
-    let after = eventually("the restart to be reported", || async {
+    let after = eventually("the restart to be reported", DEADLINE, async || {
         let pod = pods.get("crashy").await.ok()?;
         let status = pod
             .status
@@ -223,18 +206,22 @@ async fn an_image_without_a_binary_stays_pending_with_a_pull_error() {
     let cp = ControlPlane::start().await.unwrap();
     let (pods, kubelet) = started(&cp).await;
     create(&pods, &valkey_pod("ancient", "valkey/valkey:0.0.1")).await;
-    let waiting = eventually("an image pull failure to be reported", || async {
-        let pod = pods.get("ancient").await.ok()?;
-        let status = pod
-            .status
-            .as_ref()?
-            .container_statuses
-            .as_ref()?
-            .first()?
-            .clone();
-        let waiting = status.state?.waiting?;
-        (waiting.reason.as_deref() == Some("ImagePullBackOff")).then_some((pod, waiting))
-    })
+    let waiting = eventually(
+        "an image pull failure to be reported",
+        DEADLINE,
+        async || {
+            let pod = pods.get("ancient").await.ok()?;
+            let status = pod
+                .status
+                .as_ref()?
+                .container_statuses
+                .as_ref()?
+                .first()?
+                .clone();
+            let waiting = status.state?.waiting?;
+            (waiting.reason.as_deref() == Some("ImagePullBackOff")).then_some((pod, waiting))
+        },
+    )
     .await;
     let (pod, waiting) = waiting;
     assert!(

@@ -9,6 +9,7 @@ use std::time::Duration;
 use testenv::ControlPlane;
 
 use super::chart::{ChartIdentity, Operator, must, run};
+use crate::operator_binary;
 
 pub struct LocalOperator {
     pub operator: Operator,
@@ -17,7 +18,7 @@ pub struct LocalOperator {
 }
 
 fn operator_output(args: &[&str]) -> String {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_valkey-operator"));
+    let mut command = Command::new(operator_binary());
     command.args(args);
     let (ok, output) = run(command, None);
     assert!(ok, "valkey-operator {args:?}: {output}");

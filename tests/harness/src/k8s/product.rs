@@ -3,25 +3,24 @@
 //! webhooks pointed at it, the test kubelet running Pods as real valkey-server processes, and
 //! `kubectl` for everything a user would type. Plus a watch on one cluster during a change (a
 //! cluster-aware writer and an outside sampler) that checks the guide's invariants afterwards.
-//!
-//! A test binary using this module also declares `mod support;` and `mod roll_support;`.
-// Each test crate uses a different part of this module.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use testenv::{ControlPlane, TestKubelet};
+use valkey_operator::roll::slots::bootstrap_range;
 
-use crate::roll_support::{
-    Sample, Sampler, Writer, WriterLog, assert_no_lost_writes, fewest_replicas_at, primary_changes,
-};
-use crate::support::chart::{
+use super::chart::{
     ChartIdentity, Helm, NAMESPACE, Operator, control_plane_with_crds, get_json, install, kubectl,
     must, repoint_webhooks,
 };
-use valkey_operator::roll::slots::bootstrap_range;
+use super::tail;
+use crate::valkey::{
+    Sample, Sampler, Writer, WriterLog, assert_no_lost_writes, describe_sample, fewest_replicas_at,
+    primary_changes,
+};
+use crate::{eventually, metric};
 
 /// The image every test fleet starts on, and the one the guide upgrades to.
 pub const IMAGES: &str = r#"
@@ -133,37 +132,15 @@ impl Product {
             .collect()
     }
 
-    /// Polls `done` every 250 ms; fails with `what`, the last state and the operator's log.
-    pub async fn wait_until(
-        &self,
-        what: &str,
-        within: Duration,
-        mut done: impl FnMut(&Self) -> Result<(), String>,
-    ) {
-        let deadline = Instant::now() + within;
-        loop {
-            let last = match done(self) {
-                Ok(()) => return,
-                Err(state) => state,
-            };
-            assert!(
-                Instant::now() < deadline,
-                "{what}: not within {within:?}. Last seen:\n{last}\nOperator log:\n{}",
-                tail(&self.operator.log(), 60)
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    }
-
     /// Waits until each cluster is Active on `version` with nothing outdated and no roll going.
     pub async fn wait_converged(&self, clusters: &[(&str, &str)], version: &str, within: Duration) {
-        self.wait_until(
-            &format!("{clusters:?} converged on {version}"),
+        eventually(
+            format!("{clusters:?} converged on {version}"),
             within,
-            |product| {
+            async || {
                 let states: Vec<Value> = clusters
                     .iter()
-                    .map(|(ns, name)| product.cluster(ns, name))
+                    .map(|(ns, name)| self.cluster(ns, name))
                     .collect();
                 if states.iter().all(|s| converged(s, version)) {
                     Ok(())
@@ -175,27 +152,43 @@ impl Product {
         .await;
     }
 
-    /// `valkey_operator_failovers_total` of one cluster (0 before its first failover).
-    pub async fn failovers(&self, namespace: &str, name: &str) -> u64 {
-        let prefix = format!(
-            "valkey_operator_failovers_total{{cluster=\"{name}\",namespace=\"{namespace}\"}} "
-        );
-        self.operator
-            .metrics()
-            .await
-            .lines()
-            .find_map(|line| line.strip_prefix(&prefix)?.trim().parse().ok())
-            .unwrap_or(0)
+    /// Checks the operator's own count of planned failovers of one cluster,
+    /// `valkey_operator_failovers_total{cluster,namespace}`. Its series appears with a cluster's
+    /// first failover, so "none" is checked as: the operator reports this cluster (its
+    /// `valkey_operator_cluster_shards` series is there) and counted no failover.
+    pub async fn assert_failovers(&self, namespace: &str, name: &str, expected: u64) {
+        let text = self.operator.metrics().await;
+        let labels = [("cluster", name), ("namespace", namespace)];
+        let counted = metric(&text, "valkey_operator_failovers_total", &labels);
+        if expected == 0 {
+            assert!(
+                metric(&text, "valkey_operator_cluster_shards", &labels).is_some(),
+                "the operator reports no metrics for {namespace}/{name}:\n{text}"
+            );
+            assert!(
+                counted.is_none_or(|n| n == 0.0),
+                "{namespace}/{name}: {counted:?} failovers counted, expected none"
+            );
+        } else {
+            assert_eq!(
+                counted,
+                Some(expected as f64),
+                "{namespace}/{name}: valkey_operator_failovers_total"
+            );
+        }
     }
 }
 
 impl Drop for Product {
-    /// A failing test keeps the operator's log (its temporary folder goes with it otherwise).
+    /// A failing test shows the end of the operator's log and keeps all of it (its temporary
+    /// folder goes with it otherwise).
     fn drop(&mut self) {
         if std::thread::panicking() {
+            let log = self.operator.log();
+            eprintln!("the operator's log ends:\n{}", tail(&log, 60));
             let kept = std::env::temp_dir()
                 .join(format!("valkey-operator-failed-{}.log", std::process::id()));
-            if std::fs::write(&kept, self.operator.log()).is_ok() {
+            if std::fs::write(&kept, log).is_ok() {
                 eprintln!("the operator's log is kept in {}", kept.display());
             }
         }
@@ -212,44 +205,6 @@ fn statuses(states: &[Value]) -> Vec<Value> {
             })
         })
         .collect()
-}
-
-/// One sampled `CLUSTER NODES` view, a line per node, and how long into the watch it was taken.
-fn describe_sample(sample: &Sample) -> String {
-    sample
-        .nodes
-        .iter()
-        .map(|n| {
-            format!(
-                "{} {}:{} {}{} of {:?} slots {:?}{}{}",
-                &n.id[..n.id.len().min(8)],
-                n.ip,
-                n.port,
-                if n.myself { "myself," } else { "" },
-                if n.primary { "primary" } else { "replica" },
-                n.replica_of.as_deref().map(|id| &id[..id.len().min(8)]),
-                n.slots.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                if n.failed { " FAILED" } else { "" },
-                if n.handshake { " HANDSHAKE" } else { "" },
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// A plain (not cluster-aware) connection to one node, as the default user.
-pub async fn connect(address: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(format!("redis://{address}"))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap()
-}
-
-/// The last `lines` lines of `text`.
-pub fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// A condition's status (`"True"`, `"False"`) on a ValkeyCluster.

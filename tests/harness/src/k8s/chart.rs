@@ -10,15 +10,18 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use testenv::ControlPlane;
 
-pub const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/valkey-operator");
+use super::tail;
+use crate::https::{client_trusting, write_certificates};
+use crate::{GROUP, eventually, operator_binary};
+
+pub const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../charts/valkey-operator");
 pub const NAMESPACE: &str = "valkey-system";
 pub const RELEASE: &str = "valkey-operator";
-pub const GROUP: &str = "valkey.gomomento.com";
 
 /// Runs a command, feeding `stdin`; returns success and stdout+stderr.
 pub fn run(mut command: Command, stdin: Option<&str>) -> (bool, String) {
@@ -236,7 +239,7 @@ impl ChartIdentity {
     /// tests that are not about RBAC.
     pub fn admin(plane: &ControlPlane) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        super::write_certificates(dir.path());
+        write_certificates(dir.path());
         std::fs::copy(plane.kubeconfig_path(), dir.path().join("kubeconfig")).unwrap();
         Self { dir }
     }
@@ -312,7 +315,7 @@ impl Operator {
             url: format!("https://127.0.0.1:{port}"),
             log,
             // Verifies the chart's certificate against the chart's CA, by its 127.0.0.1 SAN.
-            client: super::client_trusting(&identity.path("ca.crt")),
+            client: client_trusting(&identity.path("ca.crt")),
             args,
             kubeconfig,
         }
@@ -373,25 +376,18 @@ impl Operator {
         Some((status, response.text().await.unwrap_or_default()))
     }
 
+    /// Waits for `/readyz` to answer 200; fails at once if the process exits meanwhile.
     pub async fn wait_ready(&mut self, within: Duration) {
-        let deadline = Instant::now() + within;
-        loop {
-            let answer = self.readyz().await;
-            if matches!(&answer, Some((200, _))) {
-                return;
+        eventually("the operator to be ready", within, async || {
+            if let Some(status) = self.exited() {
+                panic!("the operator exited ({status}):\n{}", self.log());
             }
-            assert!(
-                self.exited().is_none(),
-                "the operator exited:\n{}",
-                self.log()
-            );
-            assert!(
-                Instant::now() < deadline,
-                "operator not ready after {within:?}: {answer:?}\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+            match self.readyz().await {
+                Some((200, _)) => Ok(()),
+                answer => Err(format!("/readyz: {answer:?}\n{}", tail(&self.log(), 40))),
+            }
+        })
+        .await;
     }
 }
 
@@ -401,7 +397,7 @@ fn spawn_operator(args: &[std::ffi::OsString], kubeconfig: &Path, log: &Path) ->
         .append(true)
         .open(log)
         .unwrap();
-    Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
+    Command::new(operator_binary())
         .args(args)
         .env("KUBECONFIG", kubeconfig)
         .env("RUST_LOG", "info")
@@ -469,6 +465,7 @@ pub fn replace_client_configs(plane: &ControlPlane, client_configs: Vec<Value>) 
     );
 }
 
+/// A ValkeyImage of `valkey/valkey:{version}`, as YAML.
 pub fn image(name: &str, version: &str) -> String {
     format!(
         "apiVersion: {GROUP}/v1alpha1\nkind: ValkeyImage\nmetadata:\n  name: {name}\nspec:\n  repository: valkey/valkey\n  tag: \"{version}\"\n  version: \"{version}\"\n"

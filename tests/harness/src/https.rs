@@ -1,11 +1,7 @@
-//! Shared by the admission integration tests and the admission benchmark: development
-//! certificates from the real `certs` subcommand, the real HTTPS server on a loopback port, a
-//! TLS client that verifies against the generated CA, and AdmissionReview bodies shaped as the
-//! API server sends them.
-#![allow(dead_code)]
-
-pub mod chart;
-pub mod local;
+//! The admission server as the admission tests and benchmark use it: development certificates
+//! from the real `certs` subcommand, the real HTTPS server on a loopback port, a TLS client that
+//! verifies against the generated CA, and AdmissionReview bodies shaped as the API server sends
+//! them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,11 +17,11 @@ use valkey_operator::metrics::Metrics;
 use valkey_operator::server::{self, AppState, ListenOptions};
 use valkey_operator::tls::{self, CertificatePaths};
 
-pub const GROUP: &str = "valkey.gomomento.com";
+use crate::{GROUP, operator_binary};
 
 /// Runs `valkey-operator certs` for localhost and 127.0.0.1 into `dir`.
 pub fn write_certificates(dir: &Path) {
-    let status = Command::new(env!("CARGO_BIN_EXE_valkey-operator"))
+    let status = Command::new(operator_binary())
         .args(["certs", "--dns", "localhost", "--ip", "127.0.0.1", "--out"])
         .arg(dir)
         .status()

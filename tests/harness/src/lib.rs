@@ -1,0 +1,51 @@
+//! What the operator's integration tests (`tests/*.rs`) and benchmarks share, in one crate so a
+//! test says `use harness::...` instead of declaring the right combination of `mod` folders:
+//!
+//! - [`https`]: the real admission server on a loopback port, certificates, AdmissionReviews;
+//! - [`k8s`]: a test control plane with the chart installed, kubectl and helm, the operator
+//!   binary as a local process, and the whole product with a watch on a cluster (end to end);
+//! - [`valkey`]: a cluster-aware writer and an outside sampler on real valkey-server processes,
+//!   what the samples show, and the roller the roll tests drive;
+//! - [`eventually`]: waiting for a condition (from testenv, which needs it too);
+//! - [`metric`]: one value from the operator's `/metrics` text.
+
+pub mod https;
+pub mod k8s;
+pub mod metrics;
+pub mod valkey;
+
+use std::path::PathBuf;
+
+pub use metrics::metric;
+pub use testenv::{Outcome, eventually};
+pub use valkey_operator::api::GROUP;
+
+/// The repository's root, for files the tests read (the chart, the samples).
+pub const REPO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// Overrides where [`operator_binary`] looks.
+pub const OPERATOR_BIN_VAR: &str = "VALKEY_OPERATOR_BIN";
+
+/// The `valkey-operator` binary: `$VALKEY_OPERATOR_BIN` if set, else the one beside the running
+/// test. `env!("CARGO_BIN_EXE_valkey-operator")` is only given to the root package's own test
+/// targets, not to this library; but Cargo builds a package's binaries before running its
+/// integration tests and benchmarks, and puts them in `target/<profile>/`, the parent of the
+/// `deps/` folder the test executable runs from.
+pub fn operator_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os(OPERATOR_BIN_VAR).filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let mut dir = exe.parent().expect("the test executable's folder");
+    if dir.ends_with("deps") {
+        dir = dir.parent().expect("target/<profile>");
+    }
+    let binary = dir.join("valkey-operator");
+    assert!(
+        binary.is_file(),
+        "{} does not exist: run the test through `cargo test` (which builds the operator \
+         binary for integration tests), or point {OPERATOR_BIN_VAR} at one",
+        binary.display()
+    );
+    binary
+}

@@ -1,0 +1,145 @@
+//! Real valkey-server clusters from outside, as the roll and end-to-end tests see them: a
+//! cluster-aware [`Writer`] that records every acknowledged write, an outside [`Sampler`] of
+//! `CLUSTER NODES`, and what a cluster looks like now (versions, layout, primaries).
+
+pub mod roller;
+mod sampler;
+mod writer;
+
+use std::time::Duration;
+
+use valkey_operator::valkey::NodeClient;
+
+pub use sampler::{
+    Sample, Sampler, describe_sample, fewest_replicas, fewest_replicas_at, primary_changes,
+};
+pub use writer::{Router, Writer, WriterLog, assert_no_lost_writes, lost_writes};
+
+use crate::eventually;
+
+/// The version the test clusters start on, and the one they roll to.
+pub const OLD: &str = "9.0.0";
+pub const NEW: &str = "9.1.2";
+
+/// The hash slot of a key (CRC16/XMODEM of the key, or of its `{hash tag}`).
+pub fn key_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let hashed = match key.find('{') {
+        Some(open) => match key[open + 1..].find('}') {
+            Some(len) if len > 0 => &bytes[open + 1..open + 1 + len],
+            _ => bytes,
+        },
+        None => bytes,
+    };
+    let mut crc: u16 = 0;
+    for &byte in hashed {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+/// The key the [`Writer`] writes `index` to.
+pub fn key(index: u64) -> String {
+    format!("key:{index}")
+}
+
+/// A plain (not cluster-aware) connection to one node, as the default user.
+pub async fn connect(address: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://{address}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Every node's engine version, read with `INFO server`.
+pub async fn versions(addresses: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for addr in addresses {
+        let client = NodeClient::connect(addr, Duration::from_secs(2))
+            .await
+            .unwrap();
+        out.push(client.server_info().await.unwrap().version);
+    }
+    out
+}
+
+/// Per desired shard: how many primaries and replicas the cluster shows, and slots owned.
+pub async fn layout(addresses: &[String]) -> Vec<(usize, u32)> {
+    let client = NodeClient::connect(&addresses[0], Duration::from_secs(2))
+        .await
+        .unwrap();
+    let shards = client.cluster_shards().await.unwrap();
+    let mut out: Vec<(usize, u32)> = shards
+        .iter()
+        .filter(|s| !s.slots.is_empty())
+        .map(|s| {
+            let replicas = s
+                .members
+                .iter()
+                .filter(|m| !m.primary && m.health == "online")
+                .count();
+            (replicas, s.slots.iter().map(|r| r.count()).sum())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The ids of the nodes owning slots, sorted.
+pub async fn primaries(addresses: &[String]) -> Vec<String> {
+    let client = NodeClient::connect(&addresses[0], Duration::from_secs(2))
+        .await
+        .unwrap();
+    let mut ids: Vec<String> = client
+        .cluster_nodes()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|n| !n.slots.is_empty())
+        .map(|n| n.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Waits until [`layout`] shows `expected`, for up to 10 s: gossip spreads a new replica's role
+/// and health within moments, not instantly.
+pub async fn wait_for_layout(addresses: &[String], expected: &[(usize, u32)]) {
+    eventually(
+        format!("(replicas, slots) per shard to be {expected:?}"),
+        Duration::from_secs(10),
+        async || {
+            let seen = layout(addresses).await;
+            if seen == expected {
+                Ok(())
+            } else {
+                Err(format!("{seen:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_slot;
+
+    #[test]
+    fn key_slots_are_valkeys() {
+        // `CLUSTER KEYSLOT` answers, from a real server.
+        assert_eq!(key_slot("foo"), 12182);
+        assert_eq!(key_slot("key:0"), 2592);
+        assert_eq!(key_slot("{user1000}.following"), 3443);
+        assert_eq!(key_slot("{user1000}.followers"), 3443);
+        // An empty hash tag is no tag: the whole key is hashed.
+        assert_eq!(key_slot("{}foo"), 9500);
+    }
+}
