@@ -9,16 +9,19 @@
 //!
 //! Run: `cargo bench --bench roll` (needs `hack/fetch-valkey.sh 9.0.0 9.1.2`).
 
+// Test code reports failures by panicking; the house rules against it are for the product.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::collections::HashMap;
 use std::time::Duration;
 
 use harness::eventually;
 use harness::valkey::roller::{LocalRuntime, Roller, StepRecord, converge, roller, shape};
+use harness::valkey::runtime::{NodeRuntime, NodeSpec};
 use harness::valkey::{NEW, OLD, Writer, key_slot, lost_writes, primaries};
 use tokio::time::Instant;
 use valkey_operator::roll::slots::SLOT_COUNT;
 use valkey_operator::roll::{SlotRange, Step};
-use valkey_operator::runtime::{NodeRuntime, NodeSpec};
 use valkey_operator::valkey::{NodeClient, forget_everywhere};
 
 fn env_number(name: &str, default: u64) -> u64 {

@@ -13,7 +13,6 @@ pub mod fleet;
 pub mod metrics;
 pub mod resolve;
 pub mod roll;
-pub mod runtime;
 pub mod server;
 pub mod setting_impact;
 pub mod settings;

@@ -3,14 +3,17 @@
 //! migration, a clean failover polled to completion, CONFIG SET, ACL SETUSER, FORGET
 //! everywhere, and errors that name the node and command.
 
+// Test code reports failures by panicking; the house rules against it are for the product.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::time::Duration;
 
 use harness::eventually;
 use harness::valkey::roller::LocalRuntime;
+use harness::valkey::runtime::{NodeRuntime, NodeSpec};
 use harness::valkey::{NEW, OLD, key_slot};
 use sha2::{Digest, Sha256};
 use valkey_operator::roll::{Role, SlotRange};
-use valkey_operator::runtime::{NodeRuntime, NodeSpec};
 use valkey_operator::valkey::{NodeAddress, NodeClient, forget_everywhere};
 
 const CALL: Duration = Duration::from_secs(2);

@@ -56,7 +56,7 @@ fn valkey_node(name: &str, shard: i32, version: &str, revision: &str) -> ValkeyN
     )
 }
 
-fn condition<'a>(status: &'a ValkeyClusterStatus, type_: ConditionType) -> &'a Condition {
+fn condition(status: &ValkeyClusterStatus, type_: ConditionType) -> &Condition {
     let found = status.conditions.iter().find(|c| c.type_ == type_.as_str());
     found.unwrap_or_else(|| panic!("no {type_} condition in {:?}", status.conditions))
 }

@@ -3,6 +3,7 @@
 //! `CLUSTER NODES`, and what a cluster looks like now (versions, layout, primaries).
 
 pub mod roller;
+pub mod runtime;
 mod sampler;
 mod writer;
 

@@ -1,14 +1,13 @@
-//! The roller the roll tests and benchmark drive: `valkey_operator::runtime`'s driver over the
-//! local process runtime, with timeouts roomy enough for a busy test machine. Kept apart from
-//! the rest of [`crate::valkey`] because the driver and the local runtime are test machinery
-//! that may move out of the operator's `src/`: only this module names them.
+//! The roller the roll tests and benchmark drive: [`super::runtime`]'s driver (the product's
+//! executor) over the local process runtime, with timeouts roomy enough for a busy test
+//! machine.
 
 use std::time::Duration;
 
-use valkey_operator::roll::DesiredShape;
 /// Re-exported so tests name the driver and the runtime through this module only.
-pub use valkey_operator::runtime::driver::{DriveError, Roller, StepRecord, Timeouts};
-pub use valkey_operator::runtime::local::LocalRuntime;
+pub use super::runtime::driver::{DriveError, Roller, StepRecord, Timeouts};
+pub use super::runtime::local::LocalRuntime;
+use valkey_operator::roll::DesiredShape;
 
 /// `shards` × `replicas` on `revision` (a Valkey version, for the local runtime).
 pub fn shape(shards: u32, replicas: u32, revision: &str) -> DesiredShape {

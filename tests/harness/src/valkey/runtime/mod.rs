@@ -1,6 +1,6 @@
 //! Node runtimes for the real-process roll tests and benchmark: the local runtime ([`local`])
 //! runs Valkey servers as processes on loopback addresses, and [`driver`] runs the product's
-//! executor (`crate::execute`) on it, the same code the Kubernetes controller runs with Pods.
+//! executor (`valkey_operator::execute`) on it, the same code the Kubernetes controller runs with Pods.
 
 pub mod driver;
 pub mod local;
@@ -8,7 +8,7 @@ pub mod local;
 use std::future::Future;
 use std::path::PathBuf;
 
-use crate::valkey::NodeAddress;
+use valkey_operator::valkey::NodeAddress;
 
 /// What to start: one Valkey node of a cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]

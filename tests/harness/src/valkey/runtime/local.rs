@@ -13,7 +13,7 @@ use std::sync::Mutex;
 
 use super::{NodeRuntime, NodeSpec, RuntimeError};
 
-use crate::valkey::{CLIENT_PORT as VALKEY_PORT, NodeAddress};
+use valkey_operator::valkey::{CLIENT_PORT as VALKEY_PORT, NodeAddress};
 
 /// Settings every local node starts with: fast full syncs (diskless, no delay), no
 /// persistence, a short node timeout so Valkey's own failover of a dead primary is quick, and

@@ -1,5 +1,5 @@
 //! The roll loop on local processes: [`Roller`] keeps a cluster's nodes in a [`LocalHost`] and
-//! runs the product's executor on it (`crate::execute`: membership, observe, plan, perform),
+//! runs the product's executor on it (`valkey_operator::execute`: membership, observe, plan, perform),
 //! exactly as the Kubernetes controller does with ValkeyNodes and Pods.
 
 use std::collections::BTreeMap;
@@ -8,13 +8,15 @@ use std::time::Duration;
 use tokio::time::{Instant, sleep};
 
 use super::{NodeRuntime, NodeSpec, RuntimeError};
-pub use crate::execute::Timeouts;
-use crate::execute::acl::DesiredAcl;
-use crate::execute::{
+pub use valkey_operator::execute::Timeouts;
+use valkey_operator::execute::acl::DesiredAcl;
+use valkey_operator::execute::{
     Member, NodeHost, Outcome, StepError, StepInputs, membership, observe, perform,
 };
-use crate::roll::{DesiredShape, Lifecycle, ObservedNode, RollMemory, StallReason, Step, plan};
-use crate::valkey::NodeAddress;
+use valkey_operator::roll::{
+    DesiredShape, Lifecycle, ObservedNode, RollMemory, StallReason, Step, plan,
+};
+use valkey_operator::valkey::NodeAddress;
 
 /// Why driving the roll stopped.
 #[derive(Debug, thiserror::Error)]
