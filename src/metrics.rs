@@ -158,6 +158,9 @@ impl Metrics {
     pub fn roll_progress(&self, namespace: &str, cluster: &str, progress: &RollProgress) {
         let labels = [namespace, cluster];
         let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        // Every cluster's failover counter exists from its first pass, at 0 until one happens,
+        // so "no failover" reads as 0 rather than as a missing series.
+        let _ = self.failovers.with_label_values(&labels);
         self.cluster_shards
             .with_label_values(&labels)
             .set(count(progress.shards));

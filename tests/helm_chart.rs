@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use harness::https::write_certificates;
 use harness::k8s::chart::*;
-use harness::{GROUP, eventually};
+use harness::{GROUP, eventually, metric};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use testenv::ControlPlane;
@@ -596,6 +596,21 @@ spec: {configRef: standard, shards: 1, replicasPerShard: 0}
         },
     )
     .await;
+    // The refusal is counted under its real cause, not under the finalizer that wraps every
+    // reconcile.
+    let text = operator.metrics().await;
+    let errors = |category| {
+        metric(
+            &text,
+            "valkey_operator_reconcile_errors_total",
+            &[("category", category)],
+        )
+    };
+    assert!(
+        errors("kubernetes").is_some_and(|n| n >= 1.0),
+        "no reconcile error counted as kubernetes:\n{text}"
+    );
+    assert_eq!(errors("finalizer"), None, "{text}");
 
     set_verbs(
         &plane,
