@@ -133,11 +133,14 @@ impl TestServer {
     }
 }
 
-/// A reqwest client (HTTP/1.1 keep-alive) that verifies the server against `ca`.
+/// A reqwest client (HTTP/1.1 keep-alive) that verifies the server against `ca`. Idle
+/// connections are dropped after 5 s: the server closes a connection that sends no request
+/// head for 10 s (its header-read timeout), and reusing one just as it closes fails the request.
 pub fn client_trusting(ca: &Path) -> reqwest::Client {
     reqwest::Client::builder()
         .use_preconfigured_tls(rustls_client_config(ca))
         .timeout(Duration::from_secs(10))
+        .pool_idle_timeout(Duration::from_secs(5))
         .build()
         .unwrap()
 }
