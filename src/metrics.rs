@@ -1,5 +1,7 @@
 //! One Prometheus registry for the whole process; every metric is named and registered here.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use prometheus::core::Collector;
@@ -17,6 +19,9 @@ pub struct Metrics {
     cluster_shards_up_to_date: IntGaugeVec,
     cluster_outdated_nodes: IntGaugeVec,
     cluster_roll_in_progress: IntGaugeVec,
+    cluster_roll_stalled: IntGaugeVec,
+    /// The stall reason each cluster's `cluster_roll_stalled` series carries now.
+    stall_reasons: Mutex<HashMap<(String, String), &'static str>>,
     failovers: IntCounterVec,
     failover_duration: HistogramVec,
     slot_migrations: IntCounterVec,
@@ -30,6 +35,8 @@ pub struct RollProgress {
     pub shards_up_to_date: usize,
     pub outdated_nodes: usize,
     pub in_progress: bool,
+    /// Why the roll is stalled (a bounded `StallReason::kind`), if it is.
+    pub stalled: Option<&'static str>,
 }
 
 /// Labels of the per-cluster series.
@@ -109,6 +116,14 @@ impl Metrics {
                 "cluster_roll_in_progress",
                 "1 while the cluster is being changed (rolled, scaled, healed), else 0.",
             )?,
+            cluster_roll_stalled: add.add(IntGaugeVec::new(
+                Opts::new(
+                    "cluster_roll_stalled",
+                    "1 while the cluster's roll is stalled, labelled with the reason's kind.",
+                ),
+                &["namespace", "cluster", "reason"],
+            )?)?,
+            stall_reasons: Mutex::new(HashMap::new()),
             failovers: add.counter(
                 "failovers_total",
                 "Planned failovers issued, by cluster.",
@@ -173,6 +188,7 @@ impl Metrics {
         self.cluster_roll_in_progress
             .with_label_values(&labels)
             .set(i64::from(progress.in_progress));
+        self.set_stall(namespace, cluster, progress.stalled);
     }
 
     /// Drops a deleted cluster's series.
@@ -185,6 +201,27 @@ impl Metrics {
             &self.cluster_roll_in_progress,
         ] {
             let _ = gauge.remove_label_values(&labels);
+        }
+        self.set_stall(namespace, cluster, None);
+    }
+
+    /// One `cluster_roll_stalled` series per stalled cluster, carrying its current reason.
+    fn set_stall(&self, namespace: &str, cluster: &str, reason: Option<&'static str>) {
+        let mut reasons = self.stall_reasons.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (namespace.to_owned(), cluster.to_owned());
+        let previous = match reason {
+            Some(reason) => reasons.insert(key, reason),
+            None => reasons.remove(&key),
+        };
+        if let Some(previous) = previous.filter(|p| Some(*p) != reason) {
+            let _ = self
+                .cluster_roll_stalled
+                .remove_label_values(&[namespace, cluster, previous]);
+        }
+        if let Some(reason) = reason {
+            self.cluster_roll_stalled
+                .with_label_values(&[namespace, cluster, reason])
+                .set(1);
         }
     }
 
@@ -217,5 +254,53 @@ impl Metrics {
         let mut buffer = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut buffer)?;
         String::from_utf8(buffer).map_err(|e| prometheus::Error::Msg(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(stalled: Option<&'static str>) -> RollProgress {
+        RollProgress {
+            shards: 1,
+            shards_up_to_date: 0,
+            outdated_nodes: 1,
+            in_progress: true,
+            stalled,
+        }
+    }
+
+    fn stalled_series(metrics: &Metrics) -> Vec<String> {
+        let text = metrics.render().unwrap_or_default();
+        text.lines()
+            .filter(|l| l.starts_with("valkey_operator_cluster_roll_stalled{"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn a_stall_is_one_series_with_its_current_reason_and_goes_when_the_roll_moves()
+    -> Result<(), prometheus::Error> {
+        let metrics = Metrics::new()?;
+        metrics.roll_progress("ns", "c", &progress(Some("join_overdue")));
+        assert_eq!(
+            stalled_series(&metrics),
+            [
+                r#"valkey_operator_cluster_roll_stalled{cluster="c",namespace="ns",reason="join_overdue"} 1"#
+            ]
+        );
+        metrics.roll_progress("ns", "c", &progress(Some("no_primary")));
+        let series = stalled_series(&metrics);
+        assert_eq!(series.len(), 1, "{series:?}");
+        assert!(series[0].contains(r#"reason="no_primary""#), "{series:?}");
+        metrics.roll_progress("ns", "c", &progress(None));
+        assert!(stalled_series(&metrics).is_empty());
+        let text = metrics.render()?;
+        assert!(
+            text.contains(r#"valkey_operator_failovers_total{cluster="c",namespace="ns"} 0"#),
+            "a cluster's failover counter exists at 0 from its first pass:\n{text}"
+        );
+        Ok(())
     }
 }

@@ -307,6 +307,10 @@ pub fn progress(desired: &DesiredShape, observed: &[ObservedNode], step: &Step) 
             .filter(|o| !o.is_up_to_date(desired))
             .count(),
         in_progress: !matches!(step, Step::Converged),
+        stalled: match step {
+            Step::Stalled { reason } => Some(reason.kind()),
+            _ => None,
+        },
     }
 }
 

@@ -222,4 +222,10 @@ fn progress_counts_up_to_date_shards_and_outdated_nodes() {
     assert_eq!(progress.shards_up_to_date, 1);
     assert_eq!(progress.outdated_nodes, 1);
     assert!(!progress.in_progress);
+    assert_eq!(progress.stalled, None);
+    let stalled = Step::Stalled {
+        reason: StallReason::NoPrimary { shard: 1 },
+    };
+    let progress = super::progress(&desired("r2"), &observed, &stalled);
+    assert_eq!(progress.stalled, Some("no_primary"));
 }

@@ -3,9 +3,9 @@
 //!
 //! The planner is pure: no I/O, no clock, no Kubernetes. The rules live in [`rules`]; the
 //! inputs and the steps are described in [`model`], why it waits or stalls in [`reasons`];
-//! slot arithmetic is in [`slots`]. Whoever executes the steps (the local driver in
-//! `crate::runtime::driver`, or the Kubernetes controller) observes, calls [`plan`], performs
-//! exactly that one step, and plans again.
+//! slot arithmetic is in [`slots`]. The one executor of the steps is [`crate::execute`]
+//! (driven by the Kubernetes controller, and by the real-process roll tests): it observes,
+//! calls [`plan`], performs exactly that one step, and plans again.
 //!
 //! # Driving it from a controller
 //! - [`DesiredShape`]: `spec.shards`, `spec.replicasPerShard`, and a revision string that
@@ -15,10 +15,10 @@
 //!   Valkey answered (`INFO replication`, `CLUSTER INFO`, its own `CLUSTER NODES` line, and
 //!   `CLUSTER GETSLOTMIGRATIONS` on primaries). Read every primary before any replica, so a
 //!   replica's offset is compared with an earlier primary offset; see
-//!   `runtime::driver::Roller::observe` for a complete observer.
+//!   [`crate::execute::observe`].
 //! - [`RollMemory`] is persisted (e.g. in the ValkeyCluster status) and updated with
 //!   [`RollMemory::record_failover`] *before* a failover is issued.
-//! - Performing a step: see `runtime::driver::Roller::act`. A failover should be polled to
+//! - Performing a step: see [`crate::execute::perform`]. A failover should be polled to
 //!   completion (or its deadline) before planning again; the next plan stalls if it did not
 //!   complete, and resumes by itself if Valkey completes it later.
 
