@@ -153,9 +153,8 @@ impl Product {
     }
 
     /// Checks the operator's own count of planned failovers of one cluster,
-    /// `valkey_operator_failovers_total{cluster,namespace}`. Its series appears with a cluster's
-    /// first failover, so "none" is checked as: the operator reports this cluster (its
-    /// `valkey_operator_cluster_shards` series is there) and counted no failover.
+    /// `valkey_operator_failovers_total{cluster,namespace}`, which exists (at 0) from the
+    /// cluster's first reconcile: a missing series fails the check.
     pub async fn assert_failovers(&self, namespace: &str, name: &str, expected: u64) {
         let text = self.operator.metrics().await;
         let labels = [("cluster", name), ("namespace", namespace)];
