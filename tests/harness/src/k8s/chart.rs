@@ -107,6 +107,19 @@ pub fn get_json(plane: &ControlPlane, args: &[&str]) -> Value {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
+/// Waits until every CRD applied so far is served.
+pub fn wait_crds_established(plane: &ControlPlane) {
+    let wait = [
+        "wait",
+        "--for",
+        "condition=Established",
+        "crd",
+        "--all",
+        "--timeout=60s",
+    ];
+    must(plane, &wait, None);
+}
+
 /// A control plane with the chart's CRDs established and the release namespace created.
 pub async fn control_plane_with_crds() -> (ControlPlane, Helm) {
     let plane = ControlPlane::start().await.expect("control plane");
@@ -120,18 +133,7 @@ pub async fn control_plane_with_crds() -> (ControlPlane, Helm) {
         ],
         None,
     );
-    must(
-        &plane,
-        &[
-            "wait",
-            "--for",
-            "condition=Established",
-            "crd",
-            "--all",
-            "--timeout=60s",
-        ],
-        None,
-    );
+    wait_crds_established(&plane);
     must(&plane, &["create", "namespace", NAMESPACE], None);
     // The strictest Pod Security Standard: the API server warns about a Deployment whose pods
     // it would refuse.

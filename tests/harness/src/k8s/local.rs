@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use testenv::ControlPlane;
 
-use super::chart::{ChartIdentity, Operator, must, run};
+use super::chart::{ChartIdentity, Operator, must, run, wait_crds_established};
 use crate::operator_binary;
 
 pub struct LocalOperator {
@@ -34,18 +34,7 @@ impl LocalOperator {
             &["apply", "--server-side", "-f", "-"],
             Some(&operator_output(&["crd"])),
         );
-        must(
-            plane,
-            &[
-                "wait",
-                "--for",
-                "condition=Established",
-                "crd",
-                "--all",
-                "--timeout=60s",
-            ],
-            None,
-        );
+        wait_crds_established(plane);
         let mut operator = Operator::start_in(&files, "operator.log", "default");
         operator.wait_ready(Duration::from_secs(60)).await;
         let ca = files.path("ca.crt");
