@@ -131,13 +131,12 @@ impl NodeHost for KubeHost<'_> {
             }
             None => NodeRole::Primary,
         };
-        let mut created = self.nodes_api.create(&PostParams::default(), &node).await?;
+        let created = self.nodes_api.create(&PostParams::default(), &node).await?;
         let status = ValkeyNodeStatus {
             lifecycle: Some(NodeLifecycle::Joining),
             pod_name: Some(name.clone()),
             ..Default::default()
         };
-        created.status = Some(status.clone());
         self.nodes.objects.push(created.clone());
         self.patch_node_status(&name, json!(status)).await?;
         self.pods_api

@@ -1,7 +1,8 @@
 //! Keeping a cluster's members in place before the planner looks: the objects the cluster owns
 //! (its headless Service and PodDisruptionBudget), the Pod of a node whose creation was cut
-//! short, the executor's membership pass (ids, MEET, REPLICATE), and each node's role in its
-//! status and Pod labels, with the cluster's podAnnotations.
+//! short, and each node's role in its status and Pod labels, with the cluster's
+//! podAnnotations. The executor's membership pass (ids, MEET, REPLICATE, FORGET;
+//! `crate::execute::membership`) runs between the two.
 //!
 //! These run outside the planner, on every pass, because none of them is a step of a roll:
 //! each is idempotent, safe at any time, and finishes work a restart may have interrupted.
@@ -19,7 +20,6 @@ use super::observe::REPLICA_OF_ANNOTATION;
 use super::render::{ClusterRender, role_label};
 use super::status::node_role;
 use crate::api::{NodeRole, ValkeyNode, labels};
-use crate::execute::{Timeouts, membership};
 use crate::roll::ObservedNode;
 
 /// Server-side applies the cluster's headless Service and PodDisruptionBudget.
@@ -76,12 +76,6 @@ fn needs_pod(host: &KubeHost<'_>, node: &ValkeyNode) -> bool {
         .is_none();
     let deleting = node.metadata.deletion_timestamp.is_some();
     never_ran && !deleting && !host.nodes.pods.contains_key(&node.name_any())
-}
-
-/// The executor's membership pass on the cluster's Pods.
-pub async fn introduce(host: &mut KubeHost<'_>, timeouts: &Timeouts) -> Result<(), Error> {
-    membership::introduce(host, timeouts).await?;
-    Ok(())
 }
 
 /// Keeps each node's `status.role`, and its Pod's role label and annotations, in step with

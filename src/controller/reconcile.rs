@@ -29,7 +29,7 @@ use super::render::ClusterRender;
 use super::status::{PassReport, Reason, degraded, progress, set_condition, summarize};
 use super::{act, live, membership};
 use crate::api::{ValkeyCluster, ValkeyClusterStatus};
-use crate::execute::{StepInputs, observe::observe};
+use crate::execute::{self, NodeHost, StepInputs, observe::observe};
 use crate::fleet::ClusterKey;
 use crate::resolve::{self, EffectiveConfig};
 use crate::roll::{DesiredShape, Step, plan};
@@ -41,7 +41,6 @@ pub const FINALIZER: &str = "valkey.gomomento.com/retire-nodes";
 pub async fn reconcile(cluster: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
-    let key = ClusterKey::new(&namespace, cluster.name_any());
     let api: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &namespace);
     let result = finalizer(&api, FINALIZER, cluster, |event| async {
         match event {
@@ -53,9 +52,6 @@ pub async fn reconcile(cluster: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result
     .map_err(|e| Error::Finalizer(Box::new(e)));
     ctx.metrics
         .reconciled(started, result.as_ref().err().map(Error::category));
-    if result.is_ok() {
-        ctx.backoff.succeeded(&key);
-    }
     result
 }
 
@@ -112,7 +108,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         for problem in &acl_problems {
             publish(&ctx.recorder, cluster, problem).await;
         }
-        let members = host.nodes.members(Timestamp::now(), ctx.timeouts.join);
+        let members = host.members();
         live::apply(
             &members,
             &observed,
@@ -134,6 +130,8 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     let status = summarize(&stored.status, &report, Time(Timestamp::now()));
     write_status(ctx, cluster, status).await?;
     acted?;
+    // Only a pass that got this far resets the backoff: one waiting for its config keeps it.
+    ctx.backoff.succeeded(&cluster_key(cluster));
     Ok(requeue_after(&step))
 }
 
@@ -160,8 +158,7 @@ async fn config_unresolved(
         message,
     )
     .await?;
-    let key = ClusterKey::new(cluster.namespace().unwrap_or_default(), cluster.name_any());
-    Ok(Action::requeue(ctx.backoff.failed(&key)))
+    Ok(Action::requeue(ctx.backoff.failed(&cluster_key(cluster))))
 }
 
 /// Membership, then what every node says.
@@ -173,11 +170,14 @@ async fn prepare(
 ) -> Result<Vec<crate::roll::ObservedNode>, Error> {
     membership::apply_owned_objects(&ctx.client, render, namespace).await?;
     membership::create_missing_pods(&ctx.client, render, host, namespace).await?;
-    membership::introduce(host, &ctx.timeouts).await?;
-    let members = host.nodes.members(Timestamp::now(), ctx.timeouts.join);
-    let observed = observe(&members, ctx.timeouts.call).await;
+    execute::membership::introduce(host, &ctx.timeouts).await?;
+    let observed = observe(&host.members(), ctx.timeouts.call).await;
     membership::sync_roles(&ctx.client, host, &observed, render, namespace).await?;
     Ok(observed)
+}
+
+fn cluster_key(cluster: &ValkeyCluster) -> ClusterKey {
+    ClusterKey::new(cluster.namespace().unwrap_or_default(), cluster.name_any())
 }
 
 fn desired_shape(cluster: &ValkeyCluster, render: &ClusterRender<'_>) -> DesiredShape {

@@ -13,17 +13,14 @@ pub struct DesiredAcl {
     /// Each user's name and its `ACL SETUSER` rules.
     pub users: Vec<(String, Vec<String>)>,
     /// Users the spec names, even those that could not be rendered (left as they are): every
-    /// other user but `default` is deleted.
+    /// other user but `default` (which [`apply_users`] never deletes) is deleted.
     pub keep: BTreeSet<String>,
 }
 
 impl DesiredAcl {
     /// No users but `default` (a cluster whose spec names none).
     pub fn none() -> Self {
-        Self {
-            users: Vec::new(),
-            keep: BTreeSet::from([DEFAULT_USER.to_string()]),
-        }
+        Self::default()
     }
 }
 

@@ -107,12 +107,8 @@ async fn read_reports(members: &[Member], call_timeout: Duration) -> HashMap<&st
     reports
 }
 
-/// A member that did not answer, as `view` (another node's `CLUSTER NODES`) shows it.
-fn unanswered(member: &Member, view: &[ClusterNode]) -> ObservedNode {
-    let seen = member
-        .id
-        .as_ref()
-        .and_then(|id| view.iter().find(|n| &n.id == id));
+/// What is known of a member before it answers: unreachable, no role, no slots.
+fn unheard(member: &Member) -> ObservedNode {
     ObservedNode {
         name: member.name.clone(),
         shard: member.shard,
@@ -120,14 +116,27 @@ fn unanswered(member: &Member, view: &[ClusterNode]) -> ObservedNode {
         lifecycle: member.lifecycle,
         join_overdue: member.join_overdue,
         reachable: false,
+        role: Role::Replica,
+        sync: None,
+        slots: Vec::new(),
+        cluster_ok: false,
+        migrating: false,
+    }
+}
+
+/// A member that did not answer, as `view` (another node's `CLUSTER NODES`) shows it.
+fn unanswered(member: &Member, view: &[ClusterNode]) -> ObservedNode {
+    let seen = member
+        .id
+        .as_ref()
+        .and_then(|id| view.iter().find(|n| &n.id == id));
+    ObservedNode {
         role: match seen {
             Some(n) if n.primary => Role::Primary,
             _ => Role::Replica,
         },
-        sync: None,
         slots: seen.map(|n| n.slots.clone()).unwrap_or_default(),
-        cluster_ok: false,
-        migrating: false,
+        ..unheard(member)
     }
 }
 
@@ -156,16 +165,12 @@ fn answered(
         _ => None,
     };
     ObservedNode {
-        name: member.name.clone(),
-        shard: member.shard,
-        revision: member.revision.clone(),
-        lifecycle: member.lifecycle,
-        join_overdue: member.join_overdue,
         reachable: true,
         role: report.role,
         sync,
         slots: myself.map(|m| m.slots.clone()).unwrap_or_default(),
         cluster_ok: report.cluster_ok,
         migrating: report.migrating,
+        ..unheard(member)
     }
 }
