@@ -2,7 +2,8 @@
 //!
 //! 0. A failover of this roll that did not complete stalls the cluster: never a second one.
 //! 1. A `Joining` node is activated once ready; until then the cluster waits for it, and stalls
-//!    if it is overdue (a new node that never became ready stops the roll).
+//!    if it is overdue (a new node that never became ready stops the roll). A new shard's
+//!    primary is ready once it sees the slot map, if any other node serves one.
 //! 2. A primary that owns slots but is unreachable: wait for Valkey's own failover.
 //! 3. A desired shard without any node gets a new primary (bootstrap, shards up).
 //! 4. Slots nobody owns are assigned, each desired shard taking its even contiguous share.
@@ -88,6 +89,15 @@ impl<'a> View<'a> {
 
     fn owned_slots(&self) -> u32 {
         self.nodes.iter().map(|n| n.slot_count()).sum()
+    }
+
+    /// Another live node reports `cluster_state:ok`: there is a slot map for `node` to learn.
+    /// When none does (a shard's slots were lost), waiting for one would never end; the new
+    /// primary is activated and takes the lost slots (rule 4).
+    fn serving_elsewhere(&self, node: &ObservedNode) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.name != node.name && n.reachable && n.cluster_ok)
     }
 }
 
@@ -195,7 +205,7 @@ fn join_blocker(view: &View, node: &ObservedNode) -> Option<JoinBlocker> {
             }
         }
         None if node.role != Role::Primary => Some(JoinBlocker::NotPrimary),
-        None if view.owned_slots() > 0 && !node.cluster_ok => Some(JoinBlocker::NoSlotMap),
+        None if !node.cluster_ok && view.serving_elsewhere(node) => Some(JoinBlocker::NoSlotMap),
         None => None,
     }
 }

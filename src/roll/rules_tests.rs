@@ -114,6 +114,35 @@ fn a_join_waits_until_ready_and_stalls_once_overdue() {
 }
 
 #[test]
+fn a_new_primary_waits_for_the_slot_map_only_while_another_node_serves_one() {
+    let mut nodes = vec![primary("p0", 0, vec![SlotRange::new(0, 8191)])];
+    let mut joining = primary("p1", 1, vec![]);
+    joining.lifecycle = Lifecycle::Joining;
+    joining.cluster_ok = false;
+    nodes.push(joining);
+    let desired = shape(2, 0, OLD);
+    let memory = RollMemory::default();
+    assert_eq!(
+        wait(plan(&desired, &nodes, &memory)),
+        WaitReason::Joining {
+            node: "p1".into(),
+            shard: 1,
+            blocker: JoinBlocker::NoSlotMap,
+        }
+    );
+
+    // Shard 1's slots were lost with its node: no one serves, so no slot map will come.
+    nodes[0].cluster_ok = false;
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        Step::Activate {
+            shard: 1,
+            node: "p1".into()
+        }
+    );
+}
+
+#[test]
 fn a_join_behind_its_primary_says_by_how_much() {
     let mut nodes = one_shard();
     let mut joining = replica("n1", 0);
