@@ -12,6 +12,7 @@ use kube::{Api, Client};
 
 use tokio::sync::{broadcast, watch};
 
+use crate::admission::eviction::{self, EvictionState};
 use crate::caches::{self, Readiness};
 use crate::controller::{
     self,
@@ -202,7 +203,7 @@ async fn serve(
     let changes = spawn_watches(&mut tasks, &client, &state);
 
     // Every replica serves webhooks; only the Lease holder reconciles.
-    let (leading_tx, leading) = watch::channel(false);
+    let (leading_tx, leading) = watch::channel(None);
     let lease = LeaseConfig::new(namespace, &identity);
     spawn_election(&mut tasks, client.clone(), lease, leading_tx);
     let timeouts = Timeouts {
@@ -210,7 +211,7 @@ async fn serve(
         ..Timeouts::default()
     };
     let controller = controller::run(
-        client,
+        client.clone(),
         state.fleet.clone(),
         settings,
         state.metrics.clone(),
@@ -223,7 +224,7 @@ async fn serve(
     tasks.spawn_until_stopped("controller", controller);
 
     tracing::info!(%listen, "serving HTTPS");
-    spawn_server(&mut tasks, listener, options, state, health);
+    spawn_server(&mut tasks, client, listener, options, state, health);
     tasks.run(shutdown_signal()).await?;
     Ok(())
 }
@@ -252,7 +253,7 @@ fn spawn_election(
     tasks: &mut Supervisor,
     client: Client,
     lease: LeaseConfig,
-    leading: watch::Sender<bool>,
+    leading: watch::Sender<leader::Leadership>,
 ) {
     let stopping = tasks.stopping();
     tasks.spawn("leader-election", async move {
@@ -264,13 +265,18 @@ fn spawn_election(
 /// Serves HTTPS on `listener` until the stop signal, then drains its connections.
 fn spawn_server(
     tasks: &mut Supervisor,
+    client: Client,
     listener: std::net::TcpListener,
     options: ListenOptions,
     state: AppState,
     health: Arc<Health>,
 ) {
     let metrics = state.metrics.clone();
-    let app = server::router_with_health(state, health);
+    let evictions = eviction::router(EvictionState {
+        client,
+        metrics: metrics.clone(),
+    });
+    let app = server::router_with_health(state, health).merge(evictions);
     let stopping = tasks.stopping();
     tasks.spawn("https-server", async move {
         server::serve_https(listener, app, options, metrics, stopping)

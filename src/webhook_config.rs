@@ -1,4 +1,4 @@
-//! The ValidatingWebhookConfiguration that routes the five kinds to this server
+//! The ValidatingWebhookConfiguration that routes the five kinds and Pod evictions to this server
 //! (`valkey-operator webhook-config`), for local runs where the API server reaches the operator
 //! by URL. The Helm chart renders the in-cluster equivalent with a Service reference.
 
@@ -8,7 +8,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use kube::api::ObjectMeta;
 
-use crate::admission::http;
+use crate::admission::{eviction, http};
 use crate::api::{GROUP, VERSION};
 
 /// The configuration's name.
@@ -67,7 +67,34 @@ pub fn for_url(base_url: &str, ca_pem: &[u8]) -> ValidatingWebhookConfiguration 
                     match_policy: Some("Equivalent".into()),
                     ..Default::default()
                 })
+                .chain([eviction_webhook(base_url, ca_pem)])
                 .collect(),
         ),
+    }
+}
+
+/// Evictions of any Pod (only ours are ever deferred; see [`crate::admission::eviction`]). It
+/// fails open and marks a node for a handover, a side effect it skips on dry runs.
+fn eviction_webhook(base_url: &str, ca_pem: &[u8]) -> ValidatingWebhook {
+    ValidatingWebhook {
+        name: format!("evictions.{GROUP}"),
+        admission_review_versions: vec!["v1".into()],
+        client_config: WebhookClientConfig {
+            url: Some(format!("{base_url}{}", eviction::VALIDATE_EVICTIONS)),
+            ca_bundle: Some(ByteString(ca_pem.to_vec())),
+            service: None,
+        },
+        rules: Some(vec![RuleWithOperations {
+            api_groups: Some(vec![String::new()]),
+            api_versions: Some(vec!["v1".into()]),
+            operations: Some(vec!["CREATE".into()]),
+            resources: Some(vec!["pods/eviction".into()]),
+            scope: Some("Namespaced".into()),
+        }]),
+        failure_policy: Some("Ignore".into()),
+        side_effects: "NoneOnDryRun".into(),
+        timeout_seconds: Some(5),
+        match_policy: Some("Equivalent".into()),
+        ..Default::default()
     }
 }

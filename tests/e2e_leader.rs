@@ -1,5 +1,6 @@
 //! Leader election against the real API server: one leader at a time, a clean handover on
-//! shutdown, and a takeover after a leader dies without releasing the Lease.
+//! shutdown, and a takeover after a leader dies without releasing the Lease, whose last word
+//! stops counting (the fence every reconcile checks before acting) before the takeover.
 
 // Test code reports failures by panicking; the house rules against it are for the product.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -14,7 +15,7 @@ use tokio::sync::{oneshot, watch};
 use valkey_operator::controller::leader::{self, LeaseConfig};
 
 struct Elector {
-    leading: watch::Receiver<bool>,
+    leading: watch::Receiver<leader::Leadership>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -26,7 +27,7 @@ fn start(client: kube::Client, identity: &str) -> Elector {
         retry_period: Duration::from_millis(300),
         ..LeaseConfig::new("default", identity)
     };
-    let (sender, leading) = watch::channel(false);
+    let (sender, leading) = watch::channel(None);
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(leader::run(client, config, sender, async move {
         let _ = stopped.await;
@@ -57,14 +58,17 @@ async fn one_leader_at_a_time_with_handover_and_takeover() {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
 
     let mut a = start(client.clone(), "replica-a");
-    eventually("replica-a to lead", ELECTION, async || *a.leading.borrow()).await;
+    eventually("replica-a to lead", ELECTION, async || {
+        leader::holds(&a.leading.borrow())
+    })
+    .await;
     let mut b = start(client.clone(), "replica-b");
     // For several retry periods, b must not lead while a does: a deliberate hold, checked
     // every 50 ms, not a wait for something to happen.
     let watched_until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < watched_until {
         assert!(
-            *a.leading.borrow() && !*b.leading.borrow(),
+            leader::holds(&a.leading.borrow()) && !leader::holds(&b.leading.borrow()),
             "two leaders, or a lost its lease"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -74,9 +78,9 @@ async fn one_leader_at_a_time_with_handover_and_takeover() {
     // A clean shutdown releases the Lease; b takes over.
     let _ = a.stop.take().unwrap().send(());
     (&mut a.task).await.unwrap();
-    assert!(!*a.leading.borrow());
+    assert!(!leader::holds(&a.leading.borrow()));
     eventually("replica-b to take over", ELECTION, async || {
-        *b.leading.borrow()
+        leader::holds(&b.leading.borrow())
     })
     .await;
     assert_eq!(holder(&leases).await.as_deref(), Some("replica-b"));
@@ -85,10 +89,22 @@ async fn one_leader_at_a_time_with_handover_and_takeover() {
     let c = start(client.clone(), "replica-c");
     b.task.abort();
     let _ = (&mut b.task).await;
+    // Its last word still says "leading", as a paused process's would: by its own clock it
+    // stops counting within the renew deadline, while the Lease is still b's.
+    assert!(b.leading.borrow().is_some());
+    eventually("b's leadership to stop counting", ELECTION, async || {
+        !leader::holds(&b.leading.borrow())
+    })
+    .await;
+    assert_eq!(
+        holder(&leases).await.as_deref(),
+        Some("replica-b"),
+        "the fence closes before the Lease can change hands"
+    );
     eventually(
         "replica-c to take over an expired lease",
         ELECTION,
-        async || *c.leading.borrow(),
+        async || leader::holds(&c.leading.borrow()),
     )
     .await;
     let transitions = leases

@@ -99,7 +99,7 @@ async fn a_rendered_node_runs_and_goes_with_its_cluster() {
         .await
         .unwrap();
     Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace)
-        .create(&PostParams::default(), &render.disruption_budget())
+        .create(&PostParams::default(), &render.disruption_budget(1))
         .await
         .unwrap();
     let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), namespace);
@@ -155,6 +155,17 @@ async fn a_rendered_node_runs_and_goes_with_its_cluster() {
         .await
         .unwrap();
     assert_eq!(announced[1], ip);
+
+    // The disruption controller counts the Pod of a ValkeyNode (it could not with
+    // maxUnavailable: a ValkeyNode has no scale subresource), and a shard without replicas
+    // allows no eviction.
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), namespace);
+    eventually("the budget to count the Pod", WITHIN, async || {
+        let status = budgets.get("orders").await.ok()?.status?;
+        let counted = status.expected_pods == 1 && status.current_healthy == 1;
+        (counted && status.disruptions_allowed == 0).then_some(())
+    })
+    .await;
 
     // Deleting the cluster cascades through ownerReferences: node, Pod, process.
     clusters

@@ -171,7 +171,14 @@ fn chart_lints_clean_and_renders_what_the_operator_needs() {
         assert_eq!(service["name"], RELEASE);
         assert_eq!(service["namespace"], NAMESPACE);
         assert_eq!(chart["clientConfig"]["caBundle"], secret["data"]["ca.crt"]);
-        assert_eq!(chart["rules"][0]["apiGroups"], json!([GROUP]));
+        // Only our group fails closed; evictions of Pods fail open.
+        if chart["name"] == format!("evictions.{GROUP}") {
+            assert_eq!(chart["rules"][0]["resources"], json!(["pods/eviction"]));
+            assert_eq!(chart["failurePolicy"], "Ignore");
+        } else {
+            assert_eq!(chart["rules"][0]["apiGroups"], json!([GROUP]));
+            assert_eq!(chart["failurePolicy"], "Fail");
+        }
     }
 
     // With cert-manager: a Certificate for the Service's names, the CA injected, no Secret.

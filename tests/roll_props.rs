@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, HashSet};
 use proptest::prelude::*;
 use valkey_operator::roll::slots::{bootstrap_range, target_count};
 use valkey_operator::roll::{
-    DesiredShape, Lifecycle, ObservedNode, ReplicaSync, Role, RollMemory, SlotRange, StallReason,
-    Step, plan,
+    DesiredShape, Lifecycle, MAX_FAILOVER_ATTEMPTS, ObservedNode, ReplicaSync, Role, RollMemory,
+    SlotRange, StallReason, Step, plan,
 };
 
 const OLD: &str = "9.0.0";
@@ -31,6 +31,8 @@ struct Sim {
     dice: Vec<bool>,
     failures_allowed: bool,
     failed: bool,
+    /// The shard whose failover failed, if one did: its retries fail too.
+    broken_shard: Option<u32>,
 }
 
 impl Sim {
@@ -69,6 +71,8 @@ impl Sim {
             slots: vec![],
             cluster_ok: false,
             migrating: false,
+            handover_requested: false,
+            terminated: false,
         });
     }
 
@@ -117,6 +121,18 @@ impl Sim {
         }
     }
 
+    /// A clean failover: `to` becomes the primary with `from`'s slots, `from` its replica.
+    fn swap(&mut self, from: &str, to: &str) {
+        let slots = std::mem::take(&mut self.node(from).slots);
+        let from_node = self.node(from);
+        from_node.role = Role::Replica;
+        from_node.sync = Some(synced(100));
+        let to_node = self.node(to);
+        to_node.role = Role::Primary;
+        to_node.sync = None;
+        to_node.slots = slots;
+    }
+
     fn apply(&mut self, step: &Step, desired: &DesiredShape) {
         match step {
             Step::JoinPrimary { shard } => self.new_node(*shard, desired, Role::Primary),
@@ -132,18 +148,21 @@ impl Sim {
             }
             Step::Failover { shard, from, to } => {
                 self.memory.record_failover(&desired.revision, *shard);
-                if self.fails() {
+                // A shard whose failover failed keeps failing: every retry must fail too.
+                if self.broken_shard == Some(*shard) || self.fails() {
                     self.failed = true;
+                    self.broken_shard = Some(*shard);
                     return;
                 }
+                self.swap(from, to);
+            }
+            Step::HandOver { from, to, .. } => self.swap(from, to),
+            Step::TakeOver { from, to, .. } => {
                 let slots = std::mem::take(&mut self.node(from).slots);
-                let from_node = self.node(from);
-                from_node.role = Role::Replica;
-                from_node.sync = Some(synced(100));
-                let to_node = self.node(to);
-                to_node.role = Role::Primary;
-                to_node.sync = None;
-                to_node.slots = slots;
+                let heir = self.node(to);
+                heir.slots = slots;
+                heir.role = Role::Primary;
+                heir.sync = None;
             }
             Step::MigrateSlots {
                 from, to, slots, ..
@@ -252,6 +271,8 @@ fn build(start: &Start) -> Vec<ObservedNode> {
                 },
                 cluster_ok: true,
                 migrating: false,
+                handover_requested: false,
+                terminated: false,
             });
         }
     }
@@ -289,6 +310,7 @@ fn run(start: &Start, desired: &DesiredShape, dice: Vec<bool>, failures_allowed:
         dice,
         failures_allowed,
         failed: false,
+        broken_shard: None,
     };
     let mut failovers: BTreeMap<u32, u32> = BTreeMap::new();
     let mut failed_at: Option<usize> = None;
@@ -300,7 +322,14 @@ fn run(start: &Start, desired: &DesiredShape, dice: Vec<bool>, failures_allowed:
             return;
         }
         if failed_at.is_some() {
-            assert!(!is_acting(&step), "acted past a failed step: {step}");
+            // Only the failed failover may be retried (its primary never changed), and only
+            // a bounded number of times (counted below).
+            let retry =
+                matches!(step, Step::Failover { shard, .. } if sim.broken_shard == Some(shard));
+            assert!(
+                !is_acting(&step) || retry,
+                "acted past a failed step: {step}"
+            );
         }
         let before = sim.nodes.clone();
         match &step {
@@ -317,7 +346,14 @@ fn run(start: &Start, desired: &DesiredShape, dice: Vec<bool>, failures_allowed:
             }
             Step::Failover { shard, from, to } => {
                 *failovers.entry(*shard).or_default() += 1;
-                assert_eq!(failovers[shard], 1, "second failover of shard {shard}");
+                assert!(
+                    failovers[shard] == 1 || sim.broken_shard == Some(*shard),
+                    "second failover of shard {shard} after one that took effect"
+                );
+                assert!(
+                    failovers[shard] <= MAX_FAILOVER_ATTEMPTS,
+                    "too many attempts: {step}"
+                );
                 let to = before.iter().find(|n| &n.name == to).unwrap();
                 assert!(to.sync.is_some_and(|s| s.is_synced()));
                 assert_eq!(to.revision, desired.revision);
@@ -439,6 +475,7 @@ fn one_shard_roll_follows_the_guide_order() {
             dice: vec![],
             failures_allowed: false,
             failed: false,
+            broken_shard: None,
         };
         sim.apply(&step, &desired);
         sim.tick();
@@ -473,6 +510,7 @@ fn a_stalled_join_is_abandoned_once_the_spec_moves_past_it() {
         dice: vec![true],
         failures_allowed: true,
         failed: false,
+        broken_shard: None,
     };
     let mut stalled = None;
     for _ in 0..20 {

@@ -67,7 +67,7 @@ pub fn router(state: AdmissionState) -> Router {
 }
 
 /// A request that is not an AdmissionReview at all: answered with an HTTP error, not a review.
-struct BadRequest {
+pub(super) struct BadRequest {
     status: StatusCode,
     reason: String,
 }
@@ -78,7 +78,7 @@ impl IntoResponse for BadRequest {
     }
 }
 
-fn parse_review(
+pub(super) fn parse_review(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<AdmissionRequest<DynamicObject>, BadRequest> {
     let body = body.map_err(|rejection| BadRequest {

@@ -5,6 +5,7 @@
 
 mod cluster;
 mod config;
+pub mod eviction;
 pub mod http;
 mod image;
 mod impact;

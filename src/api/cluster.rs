@@ -195,6 +195,19 @@ pub struct RollStatus {
     pub revision: String,
     #[serde(default)]
     pub failed_over_shards: Vec<i32>,
+    /// How many times each shard's failover was issued in this roll (a failover whose primary
+    /// never changed is retried a bounded number of times); a shard in `failedOverShards`
+    /// missing here was issued once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failover_attempts: Vec<FailoverAttempts>,
+}
+
+/// The failover attempts of one shard in a roll.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverAttempts {
+    pub shard: i32,
+    pub attempts: i32,
 }
 
 /// The cluster's lifecycle as users see it.

@@ -41,6 +41,22 @@ pub mod annotations {
     /// `fleetRollAckThreshold` is exceeded. Its value must name the new image (the ValkeyImage
     /// name the config will resolve to), so an acknowledgement never carries over to a later change.
     pub const ACKNOWLEDGE_FLEET_ROLL: &str = "valkey.gomomento.com/acknowledge-fleet-roll";
+
+    /// Set on a ValkeyNode by the eviction webhook (its value the RFC 3339 time of the deferred
+    /// Eviction) when its Pod is a primary: the controller hands the shard to a replica, and
+    /// the retried Eviction then goes through. A person may set it too, to move a primary off
+    /// a node by hand. It counts for [`HANDOVER_WINDOW`] after that time.
+    pub const HANDOVER_REQUESTED: &str = "valkey.gomomento.com/handover-requested";
+
+    /// Set on a ValkeyCluster whose roll stalled because a shard's failover never took effect
+    /// (`FailoverIncomplete`), once a person has looked: its value must be the roll's revision
+    /// (`status.roll.revision`), so it never carries over to a later roll. The controller gives
+    /// each such shard its attempts again and removes the annotation.
+    pub const RETRY_FAILOVERS: &str = "valkey.gomomento.com/retry-failovers";
+
+    /// How long a handover request counts: long enough for a drain's retries, short enough
+    /// that a drain given up long ago never moves a primary again.
+    pub const HANDOVER_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
 }
 
 /// The CustomResourceDefinitions of all five kinds, in a stable order.

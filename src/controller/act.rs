@@ -42,6 +42,14 @@ fn announcement(step: &Step) -> Option<ClusterEvent> {
             to: to.clone(),
             what,
         }),
+        Step::HandOver { to, .. } => Some(ClusterEvent::HandOver {
+            to: to.clone(),
+            what,
+        }),
+        Step::TakeOver { to, .. } => Some(ClusterEvent::TakeOver {
+            to: to.clone(),
+            what,
+        }),
         Step::MigrateSlots { to, .. } => Some(ClusterEvent::SlotMigration {
             to: to.clone(),
             what,
@@ -79,7 +87,9 @@ fn record_metrics(ctx: &Context, cluster: &ValkeyCluster, step: &Step, ok: bool,
     let namespace = cluster.metadata.namespace.as_deref().unwrap_or_default();
     let name = cluster.metadata.name.as_deref().unwrap_or_default();
     match step {
-        Step::Failover { .. } => ctx.metrics.failover(namespace, name, ok, started),
+        Step::Failover { .. } | Step::HandOver { .. } => {
+            ctx.metrics.failover(namespace, name, ok, started)
+        }
         Step::MigrateSlots { .. } => ctx.metrics.slot_migration(namespace, name, ok),
         _ => {}
     }

@@ -22,6 +22,19 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
+    /// The election's word, checked before acting (see [`super::leader::Leadership`]).
+    pub leadership: tokio::sync::watch::Receiver<super::leader::Leadership>,
+}
+
+impl Context {
+    /// Fails unless this replica's Lease still holds by its own clock.
+    pub fn fence(&self) -> Result<(), super::error::Error> {
+        if super::leader::holds(&self.leadership.borrow()) {
+            Ok(())
+        } else {
+            Err(super::error::Error::NotLeading)
+        }
+    }
 }
 
 /// Consecutive failures per cluster, and the delays they earn: `first`, doubling, at most `cap`.

@@ -17,6 +17,8 @@ pub enum Error {
     Finalizer(#[from] Box<finalizer::Error<Error>>),
     #[error("the ValkeyCluster has no namespace")]
     NoNamespace,
+    #[error("this replica's Lease has run out: not acting on what it read")]
+    NotLeading,
 }
 
 impl Error {
@@ -37,6 +39,7 @@ impl Error {
                 finalizer::Error::UnnamedObject | finalizer::Error::InvalidFinalizer => "invalid",
             },
             Error::NoNamespace => "invalid",
+            Error::NotLeading => "fenced",
         }
     }
 

@@ -26,6 +26,16 @@ pub enum ClusterEvent {
         to: String,
         what: String,
     },
+    /// A primary whose Pod is being evicted hands its shard over to `to` (planned).
+    HandOver {
+        to: String,
+        what: String,
+    },
+    /// `to` takes over a shard whose primary's server stopped (unplanned).
+    TakeOver {
+        to: String,
+        what: String,
+    },
     /// Slots are being moved to `to`.
     SlotMigration {
         to: String,
@@ -37,6 +47,10 @@ pub enum ClusterEvent {
     },
     RollStalled {
         reason: String,
+    },
+    /// A person allowed more failover attempts for `shards` (the retry-failovers annotation).
+    FailoversAllowed {
+        shards: Vec<u32>,
     },
     /// A user in `spec.acl` names a ValkeyRole that does not exist.
     AclRoleMissing {
@@ -55,9 +69,12 @@ impl ClusterEvent {
             ClusterEvent::NodeJoining { .. } => "NodeJoining",
             ClusterEvent::NodeActive { .. } => "NodeActive",
             ClusterEvent::Failover { .. } => "Failover",
+            ClusterEvent::HandOver { .. } => "HandOver",
+            ClusterEvent::TakeOver { .. } => "TakeOver",
             ClusterEvent::SlotMigration { .. } => "SlotMigration",
             ClusterEvent::NodeRetired { .. } => "NodeRetired",
             ClusterEvent::RollStalled { .. } => "RollStalled",
+            ClusterEvent::FailoversAllowed { .. } => "FailoverRetryAllowed",
             ClusterEvent::AclRoleMissing { .. } => "AclRoleMissing",
             ClusterEvent::Deleted { .. } => "Deleted",
         }
@@ -67,10 +84,12 @@ impl ClusterEvent {
         match self {
             ClusterEvent::NodeJoining { .. } => "Join",
             ClusterEvent::NodeActive { .. } => "Activate",
-            ClusterEvent::Failover { .. } => "Failover",
+            ClusterEvent::Failover { .. }
+            | ClusterEvent::HandOver { .. }
+            | ClusterEvent::TakeOver { .. } => "Failover",
             ClusterEvent::SlotMigration { .. } => "MigrateSlots",
             ClusterEvent::NodeRetired { .. } => "Retire",
-            ClusterEvent::RollStalled { .. } => "Plan",
+            ClusterEvent::RollStalled { .. } | ClusterEvent::FailoversAllowed { .. } => "Plan",
             ClusterEvent::AclRoleMissing { .. } => "ApplyAcl",
             ClusterEvent::Deleted { .. } => "Cleanup",
         }
@@ -79,7 +98,9 @@ impl ClusterEvent {
     fn is_warning(&self) -> bool {
         matches!(
             self,
-            ClusterEvent::RollStalled { .. } | ClusterEvent::AclRoleMissing { .. }
+            ClusterEvent::RollStalled { .. }
+                | ClusterEvent::AclRoleMissing { .. }
+                | ClusterEvent::TakeOver { .. }
         )
     }
 
@@ -89,7 +110,10 @@ impl ClusterEvent {
             ClusterEvent::NodeJoining { node, .. }
             | ClusterEvent::NodeActive { node, .. }
             | ClusterEvent::NodeRetired { node, .. } => Some(node),
-            ClusterEvent::Failover { to, .. } | ClusterEvent::SlotMigration { to, .. } => Some(to),
+            ClusterEvent::Failover { to, .. }
+            | ClusterEvent::HandOver { to, .. }
+            | ClusterEvent::TakeOver { to, .. }
+            | ClusterEvent::SlotMigration { to, .. } => Some(to),
             _ => None,
         }
     }
@@ -101,9 +125,14 @@ impl ClusterEvent {
                 format!("{node} is an active member of shard {shard}")
             }
             ClusterEvent::Failover { what, .. }
+            | ClusterEvent::HandOver { what, .. }
+            | ClusterEvent::TakeOver { what, .. }
             | ClusterEvent::SlotMigration { what, .. }
             | ClusterEvent::NodeRetired { what, .. } => what.clone(),
             ClusterEvent::RollStalled { reason } => reason.clone(),
+            ClusterEvent::FailoversAllowed { shards } => format!(
+                "a person allowed more failover attempts for shards {shards:?}; the roll resumes"
+            ),
             ClusterEvent::AclRoleMissing { problem } => {
                 format!("spec.acl: {problem}; that user is left as it was")
             }

@@ -36,6 +36,12 @@ pub struct KubeHost<'a> {
 }
 
 impl<'a> KubeHost<'a> {
+    /// The cluster was written by this pass (not by the roll memory's own save): the memory's
+    /// next save is made over this version.
+    pub fn cluster_written(&mut self, resource_version: Option<String>) {
+        self.resource_version = resource_version;
+    }
+
     pub fn new(
         ctx: &'a Context,
         render: &'a ClusterRender<'a>,

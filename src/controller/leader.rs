@@ -2,7 +2,9 @@
 //! holder of the Lease reconciles. A replica acquires the Lease when it is free or its holder
 //! stopped renewing it, renews it while leading, and steps down (telling its controller to stop)
 //! as soon as it cannot renew in time, before another replica may take over. Every write is a
-//! compare-and-swap on `resourceVersion`, so two replicas never both believe they lead.
+//! compare-and-swap on `resourceVersion`, so two replicas never both believe they lead. The
+//! published [`Leadership`] carries the moment it stops counting, so a reconcile checks it by
+//! its own clock before acting (a process paused past it acts on nothing it read before).
 
 use std::time::Duration;
 
@@ -39,6 +41,17 @@ impl LeaseConfig {
             retry_period: Duration::from_secs(2),
         }
     }
+}
+
+/// Whether this replica leads, as the election publishes it: `Some(until)` while it holds the
+/// Lease, `until` being when its last renewal stops counting for itself (the renewal's start
+/// plus `renew_deadline`, before any other replica may take the Lease at `lease_duration`).
+/// A process that was paused past `until` must not act on what it read before the pause.
+pub type Leadership = Option<tokio::time::Instant>;
+
+/// Whether `leadership` still holds now, by this process's own monotonic clock.
+pub fn holds(leadership: &Leadership) -> bool {
+    leadership.is_some_and(|until| tokio::time::Instant::now() < until)
 }
 
 fn now() -> Timestamp {
@@ -126,7 +139,7 @@ async fn release(api: &Api<Lease>, config: &LeaseConfig) -> Result<(), kube::Err
 pub async fn run(
     client: Client,
     config: LeaseConfig,
-    leading: watch::Sender<bool>,
+    leading: watch::Sender<Leadership>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
@@ -139,34 +152,35 @@ pub async fn run(
             () = &mut shutdown => break,
             _ = ticker.tick() => {}
         }
+        let started = tokio::time::Instant::now();
         let attempt =
             tokio::time::timeout(config.renew_deadline, try_acquire_or_renew(&api, &config)).await;
         match attempt {
             Ok(Ok(true)) => {
-                last_renewal = Some(tokio::time::Instant::now());
-                if !*leading.borrow() {
+                last_renewal = Some(started);
+                if leading.borrow().is_none() {
                     tracing::info!(identity = %config.identity, lease = %config.name, "became the leader");
-                    leading.send_replace(true);
                 }
+                leading.send_replace(Some(started + config.renew_deadline));
             }
             Ok(Ok(false)) => {
                 last_renewal = None;
-                if *leading.borrow() {
+                if leading.borrow().is_some() {
                     tracing::warn!(identity = %config.identity, "lost the lease to another replica");
-                    leading.send_replace(false);
+                    leading.send_replace(None);
                 }
             }
             Ok(Err(error)) => tracing::warn!(%error, "lease update failed"),
             Err(_) => tracing::warn!("lease update timed out"),
         }
         let overdue = last_renewal.is_some_and(|at| at.elapsed() > config.renew_deadline);
-        if overdue && *leading.borrow() {
+        if overdue && leading.borrow().is_some() {
             tracing::warn!(identity = %config.identity, "could not renew the lease in time; stepping down");
-            leading.send_replace(false);
+            leading.send_replace(None);
             last_renewal = None;
         }
     }
-    let was_leading = leading.send_replace(false);
+    let was_leading = leading.send_replace(None).is_some();
     if was_leading && let Err(error) = release(&api, &config).await {
         tracing::warn!(%error, "could not release the lease on shutdown");
     }

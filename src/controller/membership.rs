@@ -22,10 +22,12 @@ use super::status::node_role;
 use crate::api::{NodeRole, ValkeyNode, labels};
 use crate::roll::ObservedNode;
 
-/// Server-side applies the cluster's headless Service and PodDisruptionBudget.
+/// Server-side applies the cluster's headless Service and PodDisruptionBudget (sized for the
+/// Pods the cluster has now, see [`ClusterRender::disruption_budget`]).
 pub async fn apply_owned_objects(
     client: &kube::Client,
     render: &ClusterRender<'_>,
+    host: &KubeHost<'_>,
     namespace: &str,
 ) -> Result<(), Error> {
     let apply = PatchParams::apply(MANAGER).force();
@@ -33,11 +35,24 @@ pub async fn apply_owned_objects(
     Api::<Service>::namespaced(client.clone(), namespace)
         .patch(&service.name_any(), &apply, &Patch::Apply(&service))
         .await?;
-    let budget = render.disruption_budget();
+    let budget = render.disruption_budget(serving_pods(host));
     Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace)
         .patch(&budget.name_any(), &apply, &Patch::Apply(&budget))
         .await?;
     Ok(())
+}
+
+/// The cluster's Pods that are not going away: the ones a disruption budget protects.
+fn serving_pods(host: &KubeHost<'_>) -> usize {
+    host.nodes
+        .pods
+        .values()
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+        .filter(|pod| {
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            !matches!(phase, Some("Failed" | "Succeeded"))
+        })
+        .count()
 }
 
 /// Creates the Pod of a node that never had one running (its creation failed after the

@@ -43,6 +43,7 @@ use crate::metrics::Metrics;
 use crate::settings::OperatorSettings;
 use context::{Backoff, Context};
 use error::Error;
+use leader::Leadership;
 
 /// The clusters sent on the channel, as the controller's object references.
 fn cluster_refs(
@@ -67,6 +68,12 @@ fn cluster_refs(
     })
 }
 
+/// The ValkeyCluster a Pod of ours belongs to, by its cluster label.
+fn cluster_of_pod(pod: Pod) -> Option<ObjectRef<ValkeyCluster>> {
+    let cluster = pod.labels().get(labels::CLUSTER)?;
+    Some(ObjectRef::new(cluster).within(&pod.namespace()?))
+}
+
 /// Requeue after a failure by its cause: an invalid object waits for a change; anything else
 /// backs off exponentially per cluster.
 fn error_policy(cluster: Arc<ValkeyCluster>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -86,7 +93,7 @@ pub async fn run(
     metrics: Arc<Metrics>,
     timeouts: Timeouts,
     changes: broadcast::Sender<ClusterKey>,
-    mut leading: watch::Receiver<bool>,
+    mut leading: watch::Receiver<Leadership>,
 ) {
     let context = Arc::new(Context {
         client: client.clone(),
@@ -96,22 +103,23 @@ pub async fn run(
         recorder: Recorder::new(client.clone(), Reporter::from("valkey-operator")),
         metrics,
         backoff: Backoff::default(),
+        leadership: leading.clone(),
     });
     loop {
-        if leading.wait_for(|l| *l).await.is_err() {
+        if leading.wait_for(Option::is_some).await.is_err() {
             return;
         }
         tracing::info!("leading: reconciling ValkeyClusters");
         let mut lost = leading.clone();
-        let stop = async move {
-            let _ = lost.wait_for(|l| !*l).await;
+        let lost = async move {
+            let _ = lost.wait_for(Option::is_none).await;
         };
         let managed = watcher::Config::default().labels(&format!(
             "{}={}",
             labels::MANAGED_BY,
             labels::MANAGED_BY_VALUE
         ));
-        Controller::new(
+        let controller = Controller::new(
             Api::<ValkeyCluster>::all(client.clone()),
             watcher::Config::default(),
         )
@@ -119,14 +127,21 @@ pub async fn run(
             Api::<ValkeyNode>::all(client.clone()),
             watcher::Config::default(),
         )
-        .owns(Api::<Pod>::all(client.clone()), managed)
+        // A Pod's owner is its ValkeyNode, so `owns` would never map it to its cluster: the
+        // cluster label does. A Pod that terminates must wake its cluster at once (its shard
+        // is taken over), not at the next periodic requeue.
+        .watches(Api::<Pod>::all(client.clone()), managed, cluster_of_pod)
         // Config and image changes arrive from the fleet index (caches.rs) once it reflects
         // them, as the clusters they reach.
         .reconcile_on(cluster_refs(changes.subscribe()))
-        .graceful_shutdown_on(stop)
         .run(reconcile::reconcile, error_policy, context.clone())
-        .for_each(|_| async {})
-        .await;
+        .for_each(|_| async {});
+        // Losing the Lease drops the controller and with it every reconcile in flight (a slot
+        // migration's wait, a pass acting on old observations), not only the ones to come.
+        tokio::select! {
+            () = controller => {}
+            () = lost => tracing::warn!("lost the lease: reconciles in flight cancelled"),
+        }
         tracing::info!("not leading: stopped reconciling");
     }
 }

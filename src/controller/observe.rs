@@ -13,8 +13,10 @@ use kube::{Api, ResourceExt};
 
 use super::context::Context;
 use super::error::Error;
+use crate::api::annotations::{HANDOVER_REQUESTED, HANDOVER_WINDOW};
 use crate::api::{
-    NodeLifecycle, RollStatus, ValkeyCluster, ValkeyClusterStatus, ValkeyNode, labels,
+    FailoverAttempts, NodeLifecycle, RollStatus, ValkeyCluster, ValkeyClusterStatus, ValkeyNode,
+    labels,
 };
 use crate::execute::Member;
 use crate::roll::{Lifecycle, RollMemory};
@@ -71,6 +73,20 @@ impl ClusterNodes {
         NodeAddress::of_pod_ip(pod.status.as_ref()?.pod_ip.as_deref()?)
     }
 
+    /// The node's server has stopped for good: its Pod ran (the node recorded an id) and is
+    /// gone, or its Pod has terminated (Pods are never restarted in place). An unreachable
+    /// node whose Pod still runs may be partitioned or paused instead, and come back.
+    fn terminated(&self, node: &ValkeyNode) -> bool {
+        let ran = node.status.as_ref().is_some_and(|s| s.node_id.is_some());
+        match self.pods.get(&node.name_any()) {
+            None => ran,
+            Some(pod) => {
+                let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+                matches!(phase, Some("Failed" | "Succeeded"))
+            }
+        }
+    }
+
     pub fn get(&self, name: &str) -> Option<&ValkeyNode> {
         self.objects.iter().find(|n| n.name_any() == name)
     }
@@ -98,11 +114,24 @@ impl ClusterNodes {
                     address: self.address(&name),
                     id: node.status.as_ref().and_then(|s| s.node_id.clone()),
                     replica_of: node.annotations().get(REPLICA_OF_ANNOTATION).cloned(),
+                    handover_requested: handover_requested(node, now),
+                    terminated: self.terminated(node),
                     name,
                 }
             })
             .collect()
     }
+}
+
+/// Whether `node` carries a handover request made within [`HANDOVER_WINDOW`] before `now`.
+/// An unreadable value counts as no request: it is not the webhook's.
+pub fn handover_requested(node: &ValkeyNode, now: Timestamp) -> bool {
+    let window = SignedDuration::try_from(HANDOVER_WINDOW).unwrap_or(SignedDuration::MAX);
+    node.annotations()
+        .get(HANDOVER_REQUESTED)
+        .and_then(|value| value.parse::<Timestamp>().ok())
+        .and_then(|at| at.checked_add(window).ok())
+        .is_some_and(|until| until >= now)
 }
 
 pub fn lifecycle(node: &ValkeyNode) -> Lifecycle {
@@ -115,24 +144,41 @@ pub fn lifecycle(node: &ValkeyNode) -> Lifecycle {
 /// The planner's memory of the roll, from the stored status.
 pub fn memory_of(status: &ValkeyClusterStatus) -> RollMemory {
     let roll = status.roll.clone().unwrap_or_default();
+    let shard = |s: i32| u32::try_from(s).ok();
+    let mut failover_attempts: BTreeMap<u32, u32> = roll
+        .failed_over_shards
+        .iter()
+        .filter_map(|s| Some((shard(*s)?, 1)))
+        .collect();
+    for counted in &roll.failover_attempts {
+        if let (Some(s), Ok(attempts)) = (shard(counted.shard), u32::try_from(counted.attempts)) {
+            failover_attempts.insert(s, attempts);
+        }
+    }
     RollMemory {
         revision: roll.revision,
-        failed_over_shards: roll
-            .failed_over_shards
-            .iter()
-            .filter_map(|s| u32::try_from(*s).ok())
-            .collect(),
+        failover_attempts,
     }
 }
 
 /// The roll memory as the status stores it.
 pub fn roll_status(memory: &RollMemory) -> RollStatus {
+    let attempts = &memory.failover_attempts;
     RollStatus {
         revision: memory.revision.clone(),
-        failed_over_shards: memory
-            .failed_over_shards
+        failed_over_shards: attempts
             .iter()
-            .filter_map(|s| i32::try_from(*s).ok())
+            .filter(|(_, n)| **n > 0)
+            .filter_map(|(s, _)| i32::try_from(*s).ok())
+            .collect(),
+        failover_attempts: attempts
+            .iter()
+            .filter_map(|(s, n)| {
+                Some(FailoverAttempts {
+                    shard: i32::try_from(*s).ok()?,
+                    attempts: i32::try_from(*n).ok()?,
+                })
+            })
             .collect(),
     }
 }

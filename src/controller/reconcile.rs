@@ -28,11 +28,12 @@ use super::observe::{StoredStatus, memory_of, read_nodes, read_status};
 use super::render::ClusterRender;
 use super::status::{PassReport, Reason, degraded, progress, set_condition, summarize};
 use super::{act, live, membership};
+use crate::api::annotations::RETRY_FAILOVERS;
 use crate::api::{ValkeyCluster, ValkeyClusterStatus};
 use crate::execute::{self, NodeHost, StepInputs, observe::observe};
 use crate::fleet::ClusterKey;
 use crate::resolve::{self, EffectiveConfig};
-use crate::roll::{DesiredShape, Step, plan};
+use crate::roll::{DesiredShape, RollMemory, Step, plan};
 
 /// The finalizer that retires a cluster's nodes before it goes.
 pub const FINALIZER: &str = "valkey.gomomento.com/retire-nodes";
@@ -76,6 +77,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         nodes,
         stored.resource_version.clone(),
     );
+    ctx.fence()?;
     let observed = match prepare(ctx, &render, &mut host, &namespace).await {
         Ok(observed) => observed,
         Err(error) => {
@@ -87,6 +89,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     };
     let desired = desired_shape(cluster, &render);
     let mut memory = memory_of(&stored.status);
+    allow_more_failovers(ctx, cluster, &namespace, &mut host, &mut memory).await?;
     let step = plan(&desired, &observed, &memory);
     ctx.metrics.roll_progress(
         &namespace,
@@ -100,6 +103,8 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         acl: &users,
         timeouts: &ctx.timeouts,
     };
+    // The one write that must never come from a replica that no longer leads.
+    ctx.fence()?;
     let acted = act::act(ctx, cluster, &mut host, &step, &mut memory, &inputs).await;
     if let Err(error) = &acted {
         tracing::warn!(cluster = %cluster.name_any(), %step, %error, "step failed");
@@ -168,7 +173,7 @@ async fn prepare(
     host: &mut KubeHost<'_>,
     namespace: &str,
 ) -> Result<Vec<crate::roll::ObservedNode>, Error> {
-    membership::apply_owned_objects(&ctx.client, render, namespace).await?;
+    membership::apply_owned_objects(&ctx.client, render, host, namespace).await?;
     membership::create_missing_pods(&ctx.client, render, host, namespace).await?;
     execute::membership::introduce(host, &ctx.timeouts).await?;
     let observed = observe(&host.members(), ctx.timeouts.call).await;
@@ -232,6 +237,43 @@ async fn write_degraded(
         now,
     );
     write_status(ctx, cluster, status).await
+}
+
+/// Acts once on a person's [`RETRY_FAILOVERS`] annotation naming this roll's revision: every
+/// shard that spent its failover attempts gets them again (saved first, under the roll memory's
+/// precondition), then the annotation is removed, so it never acts twice.
+async fn allow_more_failovers(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    namespace: &str,
+    host: &mut KubeHost<'_>,
+    memory: &mut RollMemory,
+) -> Result<(), Error> {
+    let Some(asked) = cluster.annotations().get(RETRY_FAILOVERS) else {
+        return Ok(());
+    };
+    if asked == &memory.revision {
+        let shards = memory.allow_more_attempts();
+        host.save_memory(memory).await?;
+        publish(
+            &ctx.recorder,
+            cluster,
+            &ClusterEvent::FailoversAllowed { shards },
+        )
+        .await;
+    }
+    // Removed also when it names another roll: it could never act, and must not later.
+    let api: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), namespace);
+    let patch = json!({"metadata": {"annotations": {RETRY_FAILOVERS: null}}});
+    let written = api
+        .patch(
+            &cluster.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    host.cluster_written(written.metadata.resource_version);
+    Ok(())
 }
 
 /// Writes the status by server-side apply under the controller's field manager. The roll

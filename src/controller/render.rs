@@ -214,6 +214,11 @@ impl ClusterRender<'_> {
                 affinity: self.zone_affinity(),
                 topology_spread_constraints: Some(self.spread_constraints(shard)),
                 termination_grace_period_seconds: Some(30),
+                // Data lives only in memory and an emptyDir: a server restarted in place
+                // comes back as the primary of an empty or stale data set, and its replica
+                // would then full-sync from it and discard the data it held. A dead server
+                // stays dead instead; Valkey fails its shard over and the planner replaces it.
+                restart_policy: Some("Never".into()),
                 enable_service_links: Some(false),
                 ..Default::default()
             }),
@@ -394,12 +399,23 @@ impl ClusterRender<'_> {
         }
     }
 
-    /// At most one of the cluster's Pods voluntarily disrupted at a time.
-    pub fn disruption_budget(&self) -> PodDisruptionBudget {
+    /// At most one of the cluster's Pods voluntarily disrupted at a time, and none while one
+    /// is not ready, given the `pods` the cluster has now (a roll adds one before it retires
+    /// one). A whole number for `minAvailable`, because the disruption controller cannot count
+    /// the Pods of a ValkeyNode (no scale subresource) for `maxUnavailable` or a percentage and
+    /// would then allow nothing. A shard without replicas cannot move without losing its data,
+    /// so such a cluster allows no disruption at all.
+    pub fn disruption_budget(&self, pods: usize) -> PodDisruptionBudget {
+        let desired = self.spec().shards.max(0) as usize
+            * (1 + self.spec().replicas_per_shard.max(0) as usize);
+        let spare = usize::from(self.spec().replicas_per_shard > 0);
+        let min_available = desired.max(pods).saturating_sub(spare);
         PodDisruptionBudget {
             metadata: self.owned_meta(self.name()),
             spec: Some(PodDisruptionBudgetSpec {
-                max_unavailable: Some(IntOrString::Int(1)),
+                min_available: Some(IntOrString::Int(
+                    i32::try_from(min_available).unwrap_or(i32::MAX),
+                )),
                 selector: Some(LabelSelector {
                     match_labels: Some(self.labels(None)),
                     match_expressions: None,

@@ -155,6 +155,8 @@ fn a_pod_runs_the_node_with_its_settings_labels_and_owner() {
     assert_eq!(pod.metadata.owner_references.unwrap()[0].kind, "ValkeyNode");
 
     let spec = pod.spec.unwrap();
+    // A dead server is never restarted in place as a primary with lost data.
+    assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
     let container = &spec.containers[0];
     assert_eq!(container.image.as_deref(), Some("valkey/valkey:9.1.2"));
     let args = container.args.clone().unwrap().join(" ");
@@ -309,6 +311,28 @@ fn service_and_budget_select_the_cluster() {
     assert_eq!(spec.publish_not_ready_addresses, Some(true));
     assert_eq!(spec.selector.unwrap()[labels::CLUSTER], "orders");
     assert_eq!(service.metadata.owner_references.unwrap()[0].name, "orders");
-    let budget = render.disruption_budget().spec.unwrap();
-    assert_eq!(budget.max_unavailable, Some(IntOrString::Int(1)));
+    let budget = render.disruption_budget(0).spec.unwrap();
+    assert_eq!(budget.max_unavailable, None);
+}
+
+#[test]
+fn the_budget_allows_one_disruption_of_the_pods_there_are_and_none_without_replicas() {
+    let mut cluster = cluster();
+    cluster.spec.shards = 3;
+    cluster.spec.replicas_per_shard = 1;
+    let effective = effective("9.0.0");
+    let min_available = |cluster: &ValkeyCluster, pods: usize| {
+        let render = ClusterRender {
+            cluster,
+            effective: &effective,
+            default_zone_spread: ZoneSpread::BestEffort,
+        };
+        render.disruption_budget(pods).spec.unwrap().min_available
+    };
+    // Bootstrap (fewer Pods than desired), settled, and mid-roll (one extra replica).
+    assert_eq!(min_available(&cluster, 2), Some(IntOrString::Int(5)));
+    assert_eq!(min_available(&cluster, 6), Some(IntOrString::Int(5)));
+    assert_eq!(min_available(&cluster, 7), Some(IntOrString::Int(6)));
+    cluster.spec.replicas_per_shard = 0;
+    assert_eq!(min_available(&cluster, 3), Some(IntOrString::Int(3)));
 }

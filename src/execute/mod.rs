@@ -64,6 +64,10 @@ pub struct Member {
     pub id: Option<String>,
     /// For a node created as a replica: the name of the primary it was created to replicate.
     pub replica_of: Option<String>,
+    /// Its Pod is about to be evicted (see [`crate::roll::ObservedNode::handover_requested`]).
+    pub handover_requested: bool,
+    /// Its server has stopped for good (see [`crate::roll::ObservedNode::terminated`]).
+    pub terminated: bool,
 }
 
 /// Where a cluster's nodes live: the only part of executing a step that differs between the

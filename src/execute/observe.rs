@@ -121,6 +121,8 @@ fn unheard(member: &Member) -> ObservedNode {
         slots: Vec::new(),
         cluster_ok: false,
         migrating: false,
+        handover_requested: member.handover_requested,
+        terminated: member.terminated,
     }
 }
 
@@ -161,6 +163,14 @@ fn answered(
                     .iter()
                     .any(|n| n.id == me.id && n.replica_of.as_ref() == Some(primary_id))
             }),
+        }),
+        // Its primary does not answer: what it has applied still ranks it for a takeover.
+        (Role::Replica, None) => Some(ReplicaSync {
+            link_up: report.link_up,
+            sync_in_progress: report.sync_in_progress,
+            offset: report.replica_offset,
+            primary_offset: 0,
+            known_to_primaries: false,
         }),
         _ => None,
     };

@@ -45,10 +45,13 @@ pub async fn perform<H: NodeHost>(
         Step::Failover { shard, from, to } => {
             memory.record_failover(&inputs.desired.revision, *shard);
             host.save_memory(memory).await.map_err(StepError::Host)?;
-            let old_primary = client(host, from, timeouts).await?;
-            let new_primary = client(host, to, timeouts).await?;
-            new_primary
-                .failover(&old_primary, timeouts.failover)
+            fail_over(host, from, to, timeouts).await
+        }
+        Step::HandOver { from, to, .. } => fail_over(host, from, to, timeouts).await,
+        Step::TakeOver { to, .. } => {
+            client(host, to, timeouts)
+                .await?
+                .take_over(timeouts.failover)
                 .await?;
             Ok(Outcome::Done)
         }
@@ -65,6 +68,21 @@ pub async fn perform<H: NodeHost>(
         Step::RetireNode { node, .. } => retire(host, node, timeouts).await,
         Step::Wait { .. } | Step::Stalled { .. } | Step::Converged => Ok(Outcome::Done),
     }
+}
+
+/// Valkey's default `CLUSTER FAILOVER`, sent to `to`: it waits for `to` to catch up with `from`.
+async fn fail_over<H: NodeHost>(
+    host: &H,
+    from: &str,
+    to: &str,
+    timeouts: &Timeouts,
+) -> Result<Outcome, H> {
+    let old_primary = client(host, from, timeouts).await?;
+    let new_primary = client(host, to, timeouts).await?;
+    new_primary
+        .failover(&old_primary, timeouts.failover)
+        .await?;
+    Ok(Outcome::Done)
 }
 
 /// A client of the node `name`, once the host knows its address.

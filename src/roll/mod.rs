@@ -28,7 +28,8 @@ pub mod rules;
 pub mod slots;
 
 pub use model::{
-    DesiredShape, Lifecycle, ObservedNode, ReplicaSync, Role, RollMemory, SlotRange, Step,
+    DesiredShape, Lifecycle, MAX_FAILOVER_ATTEMPTS, ObservedNode, ReplicaSync, Role, RollMemory,
+    SlotRange, Step,
 };
 pub use reasons::{JoinBlocker, StallReason, WaitReason};
 pub use rules::plan;

@@ -6,7 +6,7 @@
 //! and what it read from Valkey (`INFO replication`, `CLUSTER NODES`, `CLUSTER INFO`) onto
 //! these types; the local runtime does the same from its process table.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::fmt;
 
 use super::reasons::{StallReason, WaitReason};
@@ -124,6 +124,14 @@ pub struct ObservedNode {
     pub cluster_ok: bool,
     /// An atomic slot migration (`CLUSTER GETSLOTMIGRATIONS`) is running on this node.
     pub migrating: bool,
+    /// Its Pod is about to go (an Eviction was deferred while it is a primary): hand its shard
+    /// to a replica first, so clients see a planned failover instead of Valkey's detection.
+    pub handover_requested: bool,
+    /// Its server has stopped for good and will never answer again (its Pod terminated or is
+    /// gone; Pods are never restarted in place). Unlike a node that merely does not answer
+    /// (paused, partitioned), it cannot come back as a second primary, so its shard may be
+    /// taken over at once.
+    pub terminated: bool,
 }
 
 impl ObservedNode {
@@ -136,30 +144,64 @@ impl ObservedNode {
     }
 }
 
+/// How many times a roll issues the failover of one shard whose primary, observed afterwards,
+/// never changed (a failover that timed out, or an operator that died between recording and
+/// issuing it). Each attempt is recorded before it is issued; past this, the shard stalls.
+pub const MAX_FAILOVER_ATTEMPTS: u32 = 3;
+
 /// What the roll must remember across steps, because it cannot be observed afterwards. The
 /// controller persists it (e.g. in the ValkeyCluster status) and passes it back on every plan.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RollMemory {
     /// The revision the recorded failovers were made for: a new desired revision is a new roll.
     pub revision: String,
-    /// Shards that already had their one planned failover in the roll towards `revision`.
-    pub failed_over_shards: BTreeSet<u32>,
+    /// Shards whose failover was issued in the roll towards `revision`, with how many times.
+    pub failover_attempts: BTreeMap<u32, u32>,
 }
 
 impl RollMemory {
-    /// Whether `shard` already had its failover in the roll towards `revision`.
+    /// Whether `shard`'s failover was issued in the roll towards `revision`.
     pub fn has_failed_over(&self, revision: &str, shard: u32) -> bool {
-        self.revision == revision && self.failed_over_shards.contains(&shard)
+        self.attempts(revision, shard) > 0
     }
 
-    /// Record a failover *before* issuing it, so that a failover whose outcome is unknown is
-    /// never issued twice.
+    /// How many times `shard`'s failover was issued in the roll towards `revision`.
+    pub fn attempts(&self, revision: &str, shard: u32) -> u32 {
+        if self.revision == revision {
+            self.failover_attempts.get(&shard).copied().unwrap_or(0)
+        } else {
+            0
+        }
+    }
+
+    /// Whether `shard` may be failed over (again) in the roll towards `revision`.
+    pub fn may_fail_over(&self, revision: &str, shard: u32) -> bool {
+        self.attempts(revision, shard) < MAX_FAILOVER_ATTEMPTS
+    }
+
+    /// Record a failover attempt *before* issuing it, so that an attempt whose outcome is
+    /// unknown counts: the next one is issued only if the primary, observed, never changed.
     pub fn record_failover(&mut self, revision: &str, shard: u32) {
         if self.revision != revision {
             self.revision = revision.to_owned();
-            self.failed_over_shards.clear();
+            self.failover_attempts.clear();
         }
-        self.failed_over_shards.insert(shard);
+        *self.failover_attempts.entry(shard).or_default() += 1;
+    }
+
+    /// A person looked at a stalled failover and asks for more attempts: every shard of the
+    /// current roll that used them all gets [`MAX_FAILOVER_ATTEMPTS`] again. Returns the shards.
+    pub fn allow_more_attempts(&mut self) -> Vec<u32> {
+        let spent: Vec<u32> = self
+            .failover_attempts
+            .iter()
+            .filter(|(_, attempts)| **attempts >= MAX_FAILOVER_ATTEMPTS)
+            .map(|(shard, _)| *shard)
+            .collect();
+        for shard in &spent {
+            self.failover_attempts.insert(*shard, 0);
+        }
+        spent
     }
 }
 
@@ -183,6 +225,23 @@ pub enum Step {
     /// a clean handoff that waits for replication to catch up. Record it in [`RollMemory`]
     /// before issuing it; the failover is complete once `to` is primary and `from` its replica.
     Failover {
+        shard: u32,
+        from: String,
+        to: String,
+    },
+    /// Promote `to` in place of `from`, a primary whose Pod is about to be evicted, exactly as
+    /// [`Step::Failover`] does. It is not a step of a roll and is not recorded in
+    /// [`RollMemory`]: once it is done `from` is a replica, and nothing asks for it again.
+    HandOver {
+        shard: u32,
+        from: String,
+        to: String,
+    },
+    /// Promote `to`, a replica of `from`, whose server has stopped for good
+    /// (`CLUSTER FAILOVER TAKEOVER`: no agreement of the other primaries is needed, which a
+    /// cluster of fewer than three shards could never reach). Not recorded in [`RollMemory`]:
+    /// the dead primary cannot be taken over twice.
+    TakeOver {
         shard: u32,
         from: String,
         to: String,
@@ -219,6 +278,8 @@ impl Step {
             | Step::JoinReplica { shard, .. }
             | Step::Activate { shard, .. }
             | Step::Failover { shard, .. }
+            | Step::HandOver { shard, .. }
+            | Step::TakeOver { shard, .. }
             | Step::RetireNode { shard, .. } => Some(*shard),
             Step::MigrateSlots { to_shard, .. } => Some(*to_shard),
             _ => None,
@@ -252,6 +313,14 @@ impl fmt::Display for Step {
             Step::Failover { shard, from, to } => {
                 write!(f, "fail over shard {shard} from {from} to {to}")
             }
+            Step::HandOver { shard, from, to } => write!(
+                f,
+                "hand shard {shard} over from {from} to {to}: the Pod of {from} is being evicted"
+            ),
+            Step::TakeOver { shard, from, to } => write!(
+                f,
+                "take shard {shard} over onto {to}: the server of its primary {from} has stopped"
+            ),
             Step::MigrateSlots {
                 from_shard,
                 to_shard,

@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use crate::api::annotations::RETRY_FAILOVERS;
+
 /// Why a `Joining` node is not yet a ready member of its shard.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JoinBlocker {
@@ -131,11 +133,13 @@ impl fmt::Display for WaitReason {
 /// Acting now would break an invariant, or a previous step failed; every node is left serving.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StallReason {
-    /// A failover of this roll left the outdated `primary` (running `revision`) in place.
+    /// Every attempt at a failover of this roll left the outdated `primary` (running
+    /// `revision`) in place.
     FailoverIncomplete {
         shard: u32,
         primary: String,
         revision: String,
+        attempts: u32,
     },
     /// A joining node was not ready in time.
     JoinOverdue {
@@ -195,10 +199,12 @@ impl fmt::Display for StallReason {
                 shard,
                 primary,
                 revision,
+                attempts,
             } => write!(
                 f,
-                "the failover of shard {shard} did not complete: its primary {primary} still \
-                 runs {revision}, and a shard fails over only once per roll"
+                "the failover of shard {shard} did not complete in {attempts} attempts: its \
+                 primary {primary} still runs {revision}; once you have looked, annotate the \
+                 ValkeyCluster {RETRY_FAILOVERS}=<its status.roll.revision> to allow more"
             ),
             StallReason::JoinOverdue {
                 node,
@@ -314,9 +320,11 @@ mod tests {
                     shard: 0,
                     primary: node("p0"),
                     revision: "9.0.0".into(),
+                    attempts: 3,
                 },
-                "the failover of shard 0 did not complete: its primary p0 still runs 9.0.0, \
-                 and a shard fails over only once per roll",
+                "the failover of shard 0 did not complete in 3 attempts: its primary p0 still \
+                 runs 9.0.0; once you have looked, annotate the ValkeyCluster \
+                 valkey.gomomento.com/retry-failovers=<its status.roll.revision> to allow more",
             ),
             (
                 StallReason::JoinOverdue {

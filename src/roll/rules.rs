@@ -1,25 +1,33 @@
 //! The rules of a roll, in the order they are checked. [`plan`] returns the first rule's step:
 //!
-//! 0. A failover of this roll that did not complete stalls the cluster: never a second one.
+//! 0. A failover of this roll that left the primary unchanged every one of the
+//!    `MAX_FAILOVER_ATTEMPTS` times it was issued stalls the cluster (fewer: rule 7 retries it;
+//!    never a second failover after one that took effect).
 //! 1. A `Joining` node is activated once ready; until then the cluster waits for it, and stalls
 //!    if it is overdue (a new node that never became ready stops the roll). A new shard's
 //!    primary is ready once it sees the slot map, if any other node serves one.
-//! 2. A primary that owns slots but is unreachable: wait for Valkey's own failover.
+//! 2. A primary that owns slots but is unreachable: if its server stopped for good (its Pod
+//!    terminated or is gone), its most caught-up replica takes over at once, or with no
+//!    replica it is retired and its slots served again, empty; otherwise (paused, partitioned)
+//!    wait for Valkey's own failover.
 //! 3. A desired shard without any node gets a new primary (bootstrap, shards up).
 //! 4. Slots nobody owns are assigned, each desired shard taking its even contiguous share.
 //! 5. A node that does not report `cluster_state:ok`, or a running slot migration: wait.
-//! 6. Replicas, one shard at a time (a shard already being rolled goes first), replacing before
+//! 6. A primary whose Pod is being evicted hands its shard over to its most caught-up synced
+//!    replica (up-to-date ones first; never one that is itself being evicted).
+//! 7. Replicas, one shard at a time (a shard already being rolled goes first), replacing before
 //!    retiring, exactly as the upgrade guide describes:
 //!    join an up-to-date replica while the shard is at or below its target and something is
 //!    outdated (or it is below target); retire the dead, then outdated replicas, only while
 //!    the shard stays at or above target; if the primary is outdated, one clean failover per
 //!    roll onto the most caught-up synced up-to-date replica; retire excess replicas (scale
 //!    down) only once the primary is up to date.
-//! 7. Slots are balanced with atomic migration: shards being removed are drained first, a
+//! 8. Slots are balanced with atomic migration: shards being removed are drained first, a
 //!    target must see the topology (rule 5) before slots move to it.
-//! 8. Drained shards beyond the desired count are retired, replicas first, then the primary.
+//! 9. Drained shards beyond the desired count are retired, replicas first, then the primary.
 //!
-//! A primary that owns slots, or the primary of a desired shard, is never retired.
+//! A primary that owns slots, or the primary of a desired shard, is never retired, unless its
+//! server has stopped for good with no replica (rule 2): then its data is gone already.
 
 use std::collections::BTreeSet;
 
@@ -43,6 +51,7 @@ pub fn plan(desired: &DesiredShape, nodes: &[ObservedNode], memory: &RollMemory)
         .or_else(|| missing_primaries(&view))
         .or_else(|| unassigned_slots(&view))
         .or_else(|| unsettled_cluster(&view))
+        .or_else(|| handovers(&view))
         .or_else(|| shard_replicas(&view, memory))
         .or_else(|| slot_balance(&view))
         .or_else(|| removed_shards(&view))
@@ -101,14 +110,16 @@ impl<'a> View<'a> {
     }
 }
 
-/// Rule 0: a failover of this roll that left an outdated primary in place did not complete.
-/// Nothing else moves until it does (or an operator intervenes).
+/// Rule 0: the failover of a shard that left its outdated primary in place every one of the
+/// [`MAX_FAILOVER_ATTEMPTS`](super::model::MAX_FAILOVER_ATTEMPTS) times it was issued. Nothing else moves until a person has looked
+/// (see `RollMemory::allow_more_attempts`). Fewer attempts are retried by rule 7, as any
+/// failover: the primary, observed, never changed, so no second failover can follow a first.
 fn failed_failovers(view: &View, memory: &RollMemory) -> Option<Step> {
     let desired = view.desired;
     memory
-        .failed_over_shards
-        .iter()
-        .filter(|&&shard| memory.has_failed_over(&desired.revision, shard))
+        .failover_attempts
+        .keys()
+        .filter(|&&shard| !memory.may_fail_over(&desired.revision, shard))
         .find_map(|&shard| {
             let primary = view.primary(shard)?;
             (!primary.is_up_to_date(desired)).then(|| Step::Stalled {
@@ -116,6 +127,7 @@ fn failed_failovers(view: &View, memory: &RollMemory) -> Option<Step> {
                     shard,
                     primary: primary.name.clone(),
                     revision: primary.revision.clone(),
+                    attempts: memory.attempts(&desired.revision, shard),
                 },
             })
         })
@@ -210,21 +222,44 @@ fn join_blocker(view: &View, node: &ObservedNode) -> Option<JoinBlocker> {
     }
 }
 
-/// Rule 2: a slot owner that is unreachable is Valkey's to fail over, not ours.
+/// Rule 2: a slot owner that does not answer. If its server has stopped for good, its most
+/// caught-up replica takes over at once, or, with no replica, it is retired so that its slots
+/// can be served again (empty: no copy of them is left). If it may come back (paused,
+/// partitioned), failing it over is Valkey's job, which needs a majority of primaries.
 fn dead_primaries(view: &View) -> Option<Step> {
     let dead = view
         .nodes
         .iter()
         .find(|n| !n.reachable && n.slot_count() > 0)?;
     let (node, shard, slots) = (dead.name.clone(), dead.shard, dead.slot_count());
-    Some(if view.replicas(shard).is_empty() {
-        Step::Stalled {
-            reason: StallReason::DeadPrimaryWithoutReplica { node, shard, slots },
-        }
-    } else {
-        Step::Wait {
+    let heir = view.replicas(shard).into_iter().max_by(|a, b| {
+        replica_offset(a)
+            .cmp(&replica_offset(b))
+            .then_with(|| b.name.cmp(&a.name))
+    });
+    Some(match (heir, dead.terminated) {
+        (Some(heir), true) => Step::TakeOver {
+            shard,
+            from: node,
+            to: heir.name.clone(),
+        },
+        (Some(_), false) => Step::Wait {
             reason: WaitReason::ValkeyFailover { node, shard, slots },
-        }
+        },
+        // A takeover that not every view has learnt yet: its heir is the shard's primary.
+        (None, true) if view.primary(shard).is_some() => Step::Wait {
+            reason: WaitReason::ValkeyFailover { node, shard, slots },
+        },
+        (None, true) => Step::RetireNode {
+            shard,
+            node,
+            reason: format!(
+                "its server stopped and no replica holds its {slots} slots: they are served again, empty"
+            ),
+        },
+        (None, false) => Step::Stalled {
+            reason: StallReason::DeadPrimaryWithoutReplica { node, shard, slots },
+        },
     })
 }
 
@@ -274,7 +309,30 @@ fn unsettled_cluster(view: &View) -> Option<Step> {
     })
 }
 
-/// Rule 6: replicas and the roll itself, strictly one shard at a time.
+/// Rule 6: a primary about to be evicted hands over to a synced replica that is staying.
+fn handovers(view: &View) -> Option<Step> {
+    view.nodes
+        .iter()
+        .filter(|n| n.handover_requested && n.reachable && n.role == Role::Primary)
+        .find_map(|leaving| {
+            let target = view
+                .replicas(leaving.shard)
+                .into_iter()
+                .filter(|n| !n.handover_requested && n.sync.is_some_and(|s| s.is_synced()))
+                .max_by(|a, b| {
+                    let rank =
+                        |n: &ObservedNode| (n.is_up_to_date(view.desired), replica_offset(n));
+                    rank(a).cmp(&rank(b)).then_with(|| b.name.cmp(&a.name))
+                })?;
+            Some(Step::HandOver {
+                shard: leaving.shard,
+                from: leaving.name.clone(),
+                to: target.name.clone(),
+            })
+        })
+}
+
+/// Rule 7: replicas and the roll itself, strictly one shard at a time.
 fn shard_replicas(view: &View, memory: &RollMemory) -> Option<Step> {
     let mut order: Vec<u32> = (0..view.desired.shards).collect();
     // A shard whose roll has begun is finished before another one starts.
@@ -359,8 +417,8 @@ fn failover_step(
     replicas: &[&ObservedNode],
 ) -> Option<Step> {
     let desired = view.desired;
-    if memory.has_failed_over(&desired.revision, shard) {
-        // Rule 0 reports the details; never a second failover.
+    if !memory.may_fail_over(&desired.revision, shard) {
+        // Rule 0 reports the details; never one attempt too many.
         return Some(Step::Stalled {
             reason: StallReason::AlreadyFailedOver { shard },
         });
@@ -397,7 +455,7 @@ fn replica_offset(node: &ObservedNode) -> u64 {
     node.sync.map_or(0, |s| s.offset)
 }
 
-/// Rule 7: balance slots, draining shards beyond the desired count first.
+/// Rule 8: balance slots, draining shards beyond the desired count first.
 fn slot_balance(view: &View) -> Option<Step> {
     let shards = view.desired.shards;
     let owned = |shard: u32| -> u32 { view.in_shard(shard).map(|n| n.slot_count()).sum() };
@@ -437,7 +495,7 @@ fn slot_balance(view: &View) -> Option<Step> {
     })
 }
 
-/// Rule 8: retire the nodes of drained shards beyond the desired count, primary last.
+/// Rule 9: retire the nodes of drained shards beyond the desired count, primary last.
 fn removed_shards(view: &View) -> Option<Step> {
     let shard = view
         .shards()

@@ -1,7 +1,7 @@
 //! Each main rule's wait or stall, asserted by variant on small hand-built clusters.
 
 use super::*;
-use crate::roll::model::{ReplicaSync, SlotRange};
+use crate::roll::model::{MAX_FAILOVER_ATTEMPTS, ReplicaSync, SlotRange};
 
 const OLD: &str = "9.0.0";
 const NEW: &str = "9.1.2";
@@ -38,6 +38,8 @@ fn primary(name: &str, shard: u32, slots: Vec<SlotRange>) -> ObservedNode {
         slots,
         cluster_ok: true,
         migrating: false,
+        handover_requested: false,
+        terminated: false,
     }
 }
 
@@ -166,19 +168,59 @@ fn a_join_behind_its_primary_says_by_how_much() {
 }
 
 #[test]
-fn an_incomplete_failover_stalls_instead_of_a_second_one() {
+fn a_failover_that_never_took_effect_is_retried_then_stalls_until_a_person_allows_more() {
+    // Shard 0 mid-roll: its outdated primary p0, and n1, up to date and synced.
+    let mut nodes = one_shard();
+    let mut fresh = replica("n1", 0);
+    fresh.revision = NEW.into();
+    nodes.push(fresh);
+    let desired = shape(1, 2, NEW);
+    let retry = Step::Failover {
+        shard: 0,
+        from: "p0".into(),
+        to: "n1".into(),
+    };
     let mut memory = RollMemory::default();
+    // Recorded, then the primary never changed (the process died, or it timed out).
+    for _ in 1..MAX_FAILOVER_ATTEMPTS {
+        memory.record_failover(NEW, 0);
+        assert_eq!(plan(&desired, &nodes, &memory), retry);
+    }
     memory.record_failover(NEW, 0);
-    let reason = stall(plan(&shape(1, 1, NEW), &one_shard(), &memory));
+    let reason = stall(plan(&desired, &nodes, &memory));
     assert_eq!(
         reason,
         StallReason::FailoverIncomplete {
             shard: 0,
             primary: "p0".into(),
             revision: OLD.into(),
+            attempts: MAX_FAILOVER_ATTEMPTS,
         }
     );
     assert_eq!(reason.kind(), "failover_incomplete");
+
+    assert_eq!(memory.allow_more_attempts(), [0]);
+    assert_eq!(plan(&desired, &nodes, &memory), retry);
+}
+
+#[test]
+fn a_failover_that_took_effect_is_never_followed_by_another() {
+    let mut memory = RollMemory::default();
+    memory.record_failover(NEW, 0);
+    // p0 is now an up-to-date replica of the up-to-date n1: the shard is done with failovers.
+    let mut nodes = vec![
+        primary("n1", 0, all_slots()),
+        replica("p0", 0),
+        replica("r0", 0),
+    ];
+    for node in &mut nodes[..2] {
+        node.revision = NEW.into();
+    }
+    let step = plan(&shape(1, 1, NEW), &nodes, &memory);
+    assert!(
+        matches!(&step, Step::RetireNode { node, .. } if node == "r0"),
+        "{step}"
+    );
 }
 
 #[test]
@@ -203,6 +245,33 @@ fn a_dead_primary_waits_for_valkey_only_when_a_replica_can_take_over() {
             shard: 0,
             slots: SLOT_COUNT,
         }
+    );
+}
+
+#[test]
+fn a_primary_whose_server_stopped_is_taken_over_at_once_or_retired_without_a_replica() {
+    let mut nodes = one_shard();
+    let mut behind = replica("r1", 0);
+    behind.sync = Some(synced(40));
+    nodes.push(behind);
+    nodes[0].reachable = false;
+    nodes[0].terminated = true;
+    let memory = RollMemory::default();
+    // The most caught-up replica, without waiting for Valkey's vote.
+    assert_eq!(
+        plan(&shape(1, 2, OLD), &nodes, &memory),
+        Step::TakeOver {
+            shard: 0,
+            from: "p0".into(),
+            to: "r0".into(),
+        }
+    );
+
+    nodes.truncate(1);
+    let step = plan(&shape(1, 0, OLD), &nodes, &memory);
+    assert!(
+        matches!(&step, Step::RetireNode { node, .. } if node == "p0"),
+        "{step}"
     );
 }
 
@@ -284,4 +353,39 @@ fn an_outdated_primary_waits_for_its_successor_to_sync() {
             to: "r0".into(),
         }
     );
+}
+
+#[test]
+fn an_evicted_primary_hands_over_to_the_best_staying_replica() {
+    let mut nodes = one_shard();
+    let mut fresh = replica("r1", 0);
+    fresh.revision = NEW.into();
+    fresh.sync = Some(synced(90));
+    nodes.push(fresh);
+    let desired = shape(1, 2, NEW);
+    let memory = RollMemory::default();
+    nodes[0].handover_requested = true;
+    // Up-to-date first, though r0 is further ahead.
+    let expected = Step::HandOver {
+        shard: 0,
+        from: "p0".into(),
+        to: "r1".into(),
+    };
+    assert_eq!(plan(&desired, &nodes, &memory), expected);
+    // Never onto a replica that is leaving too; nothing is recorded for the roll.
+    nodes[2].handover_requested = true;
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        Step::HandOver {
+            shard: 0,
+            from: "p0".into(),
+            to: "r0".into(),
+        }
+    );
+    // Without a synced replica that stays, the roll goes on as before.
+    nodes[1].handover_requested = true;
+    assert!(!matches!(
+        plan(&desired, &nodes, &memory),
+        Step::HandOver { .. }
+    ));
 }

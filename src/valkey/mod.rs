@@ -292,6 +292,31 @@ impl NodeClient {
         }
     }
 
+    /// Promote this replica of a primary that has stopped for good with
+    /// `CLUSTER FAILOVER TAKEOVER` (no handshake with the primary, no votes of the others), then
+    /// poll until it reports itself primary, or `deadline` passes.
+    pub async fn take_over(&self, deadline: Duration) -> Result<()> {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("FAILOVER").arg("TAKEOVER");
+        let _: String = self.call(&cmd).await?;
+        let started = Instant::now();
+        loop {
+            let role = self.replication_info().await.map(|i| i.role);
+            if let Ok(Role::Primary) = role {
+                return Ok(());
+            }
+            if started.elapsed() >= deadline {
+                return Err(EngineError::Deadline {
+                    node: self.addr.clone(),
+                    command: describe(&cmd),
+                    waited: started.elapsed(),
+                    last: format!("{} is {role:?}", self.addr),
+                });
+            }
+            sleep(POLL_INTERVAL).await;
+        }
+    }
+
     pub async fn slot_migrations(&self) -> Result<Vec<SlotMigration>> {
         let reply: Value = self
             .call(redis::cmd("CLUSTER").arg("GETSLOTMIGRATIONS"))

@@ -13,9 +13,10 @@ use crate::process::{ProcessGuard, free_port};
 use crate::{Error, k8s_bin_dir};
 
 /// Controllers run by kube-controller-manager: ownerReference garbage collection, namespace
-/// deletion, and the `default` ServiceAccount every namespace needs before Pods can be created.
-const CONTROLLERS: &str =
-    "garbage-collector-controller,namespace-controller,serviceaccount-controller";
+/// deletion, the `default` ServiceAccount every namespace needs before Pods can be created, and
+/// the disruption controller, without which no PodDisruptionBudget has a status and every
+/// Eviction is refused (a real cluster runs it; drains depend on it).
+const CONTROLLERS: &str = "garbage-collector-controller,namespace-controller,serviceaccount-controller,disruption-controller";
 
 /// How to launch the control plane.
 #[derive(Debug, Clone)]

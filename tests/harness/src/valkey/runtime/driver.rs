@@ -73,6 +73,9 @@ impl<R: NodeRuntime> NodeHost for LocalHost<R> {
                 address: Some(node.address),
                 id: node.id.clone(),
                 replica_of: node.replica_of.clone(),
+                // Local processes are never evicted, and a stopped one is only unreachable.
+                handover_requested: false,
+                terminated: false,
             })
             .collect()
     }

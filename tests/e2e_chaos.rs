@@ -1,0 +1,383 @@
+//! Faults, end to end on the real control plane and real Valkey, one after another on one
+//! cluster (2 shards × 1 replica), each under a cluster-aware writer that counts acknowledged
+//! writes and an outside sampler of the topology:
+//!
+//! - a primary's server killed (SIGKILL): its Pod is never restarted in place (it would come
+//!   back as an empty primary and its replica would discard its data); Valkey fails the shard
+//!   over and the operator replaces the node. Lost: at most the writes acknowledged in the last
+//!   moment before the kill (asynchronous replication), never the shard's data set;
+//! - an Eviction of a primary's Pod (the policy/v1 API, as `kubectl drain` sends it): deferred
+//!   with 429 until the operator has handed the shard over (a planned failover), then allowed
+//!   by the PodDisruptionBudget. Nothing lost, a write gap under 1 s;
+//! - an Eviction of a replica's Pod: allowed at once, no primary change;
+//! - a primary's Pod deleted by hand: its server stopped for good, so taken over at once;
+//! - a roll whose failover of a shard was recorded and never took effect, three times (as when
+//!   the operator dies between recording and issuing it): it stalls with the reason, and a
+//!   person's annotation resumes it with one failover.
+//!
+//! Each prints one row of figures: lost writes, longest write gap, time until the cluster is
+//! whole again, primary changes per shard.
+
+// Test code reports failures by panicking; the house rules against it are for the product.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use harness::eventually;
+use harness::k8s::{ClusterWatch, IMAGES, Product, condition_field, converged};
+use harness::valkey::{Sampler, Writer, layout, lost_writes, primary_changes};
+use tokio::time::Instant;
+use valkey_operator::api::annotations::RETRY_FAILOVERS;
+use valkey_operator::roll::{MAX_FAILOVER_ATTEMPTS, Role, slots::bootstrap_range};
+use valkey_operator::valkey::NodeClient;
+
+const NAMESPACE: &str = "chaos";
+const CLUSTER: &str = "ledger";
+const SHARDS: u32 = 2;
+
+/// A short node timeout, as a team that wants fast unplanned failovers would set it.
+const OBJECTS: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: chaos}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata: {name: fast-failure-detection}
+spec: {imageRef: valkey-9-0-0, valkey: {cluster-node-timeout: "3000"}}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {name: ledger, namespace: chaos}
+spec: {configRef: fast-failure-detection, shards: 2, replicasPerShard: 1}
+"#;
+
+/// What one fault cost, as printed.
+struct Row {
+    fault: &'static str,
+    acked: u64,
+    lost: Vec<u64>,
+    /// How long before the fault the earliest lost write was acknowledged.
+    lost_window: Duration,
+    longest_gap: Duration,
+    whole_after: Duration,
+    primary_changes: Vec<usize>,
+}
+
+impl Row {
+    fn print(&self) {
+        println!(
+            "chaos | {:<28} | acked {:>6} | lost {:>3} (within {:>5.3} s before the fault) | longest write gap {:>6.3} s | whole again after {:>5.1} s | primary changes per shard {:?}",
+            self.fault,
+            self.acked,
+            self.lost.len(),
+            self.lost_window.as_secs_f64(),
+            self.longest_gap.as_secs_f64(),
+            self.whole_after.as_secs_f64(),
+            self.primary_changes,
+        );
+    }
+}
+
+/// The Pod name of shard `shard`'s primary, asked of the servers themselves.
+async fn primary_of(product: &Product, shard: u32) -> String {
+    let prefix = format!("{CLUSTER}-{shard}-");
+    for (name, address) in product.addresses(NAMESPACE, CLUSTER) {
+        if !name.starts_with(&prefix) {
+            continue;
+        }
+        let client = NodeClient::connect(&address, Duration::from_secs(2)).await;
+        if let Ok(client) = client
+            && client
+                .replication_info()
+                .await
+                .is_ok_and(|r| r.role == Role::Primary)
+        {
+            return name;
+        }
+    }
+    panic!("shard {shard} has no primary that answers");
+}
+
+async fn replica_of(product: &Product, shard: u32) -> String {
+    let primary = primary_of(product, shard).await;
+    let prefix = format!("{CLUSTER}-{shard}-");
+    product
+        .addresses(NAMESPACE, CLUSTER)
+        .into_keys()
+        .find(|name| name.starts_with(&prefix) && name != &primary)
+        .expect("a replica")
+}
+
+/// Whole again: `victim`'s Pod gone, every shard a primary and one replica with its share of
+/// the slots, every node seeing all slots served, and the cluster converged.
+async fn whole_again(product: &Product, victim: &str) {
+    eventually(
+        format!("{victim} replaced and the cluster whole again"),
+        Duration::from_secs(180),
+        async || {
+            let pods = product.addresses(NAMESPACE, CLUSTER);
+            if pods.contains_key(victim) || pods.len() != 4 {
+                return Err(format!("Pods: {pods:?}"));
+            }
+            let addresses: Vec<String> = pods.into_values().collect();
+            let seen = layout(&addresses).await;
+            if seen != [(1, 8192), (1, 8192)] {
+                return Err(format!("(replicas, slots) per shard: {seen:?}"));
+            }
+            let status = product.cluster(NAMESPACE, CLUSTER);
+            if !converged(&status, "9.0.0") {
+                return Err(format!("status: {:#}", status["status"]));
+            }
+            Ok(())
+        },
+    )
+    .await;
+}
+
+/// Runs `fault` under a writer and a sampler, waits until the cluster is whole again without
+/// `victim`, and measures.
+async fn measure<F: AsyncFnOnce()>(
+    product: &Product,
+    fault_name: &'static str,
+    victim: &str,
+    fault: F,
+) -> Row {
+    let seeds: Vec<String> = product
+        .addresses(NAMESPACE, CLUSTER)
+        .into_values()
+        .collect();
+    let writer = Writer::start(seeds.clone());
+    writer.assert_progressing().await;
+    let sampler = Sampler::start(seeds);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let at = Instant::now();
+    fault().await;
+    whole_again(product, victim).await;
+    let whole_after = at.elapsed();
+    writer.assert_progressing().await;
+    let log = writer.stop().await;
+    let samples = sampler.stop().await;
+    let seeds: Vec<String> = product
+        .addresses(NAMESPACE, CLUSTER)
+        .into_values()
+        .collect();
+    let lost = lost_writes(&seeds, log.acked).await;
+    let earliest_lost = lost
+        .iter()
+        .map(|&i| log.ack_times[i as usize])
+        .min()
+        .unwrap_or(at);
+    let row = Row {
+        fault: fault_name,
+        acked: log.acked,
+        lost_window: at.saturating_duration_since(earliest_lost),
+        lost,
+        longest_gap: log.longest_gap(at, *log.ack_times.last().unwrap()),
+        whole_after,
+        primary_changes: (0..SHARDS)
+            .map(|shard| primary_changes(&samples, bootstrap_range(shard, SHARDS).start))
+            .collect(),
+    };
+    row.print();
+    row
+}
+
+/// Evicts `pod` through the policy/v1 Eviction API, as `kubectl drain` does: retried on
+/// 429 (every 200 ms here, 5 s in kubectl). Returns the refusals' messages. (kubectl, since
+/// kube's client retries a 429 by itself and would hide the refusals.)
+async fn evict(product: &Product, pod: &str) -> Vec<String> {
+    let path = format!("/api/v1/namespaces/{NAMESPACE}/pods/{pod}/eviction");
+    let eviction = format!(
+        r#"{{"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {{"name": "{pod}", "namespace": "{NAMESPACE}"}}}}"#
+    );
+    let mut refusals = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (ok, output) =
+            product.try_kubectl(&["create", "--raw", &path, "-f", "-"], Some(&eviction));
+        if ok {
+            return refusals;
+        }
+        assert!(
+            output.contains("TooManyRequests") || output.contains("429"),
+            "evicting {pod}: {output}; refused before: {refusals:?}"
+        );
+        assert!(Instant::now() < deadline, "still refused: {refusals:?}");
+        refusals.push(output);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn faults_lose_nothing_a_replica_held_and_heal() {
+    let product = Product::start(None, &[]).await;
+    product.apply(IMAGES);
+    product.apply(OBJECTS);
+    product
+        .wait_converged(&[(NAMESPACE, CLUSTER)], "9.0.0", Duration::from_secs(180))
+        .await;
+    let mut rows = BTreeMap::new();
+
+    // SIGKILL of a primary's server: never restarted in place, the replica keeps the data.
+    let victim = primary_of(&product, 0).await;
+    let pid = product
+        .kubelet
+        .pod_process(NAMESPACE, &victim)
+        .and_then(|p| p.pid)
+        .expect("the primary's process");
+    let row = measure(&product, "SIGKILL of a primary", &victim, async || {
+        let killed = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+    })
+    .await;
+    assert!(
+        row.lost_window <= Duration::from_millis(100),
+        "writes lost beyond the replication window: {} lost, the earliest acknowledged {:?} before the kill",
+        row.lost.len(),
+        row.lost_window
+    );
+    assert_eq!(row.primary_changes, [1, 0]);
+    let phase = product.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        NAMESPACE,
+        "--field-selector",
+        "status.phase=Failed",
+        "-o",
+        "name",
+    ]);
+    assert!(
+        !phase.contains(&victim),
+        "the killed node's Pod is retired with it: {phase}"
+    );
+    rows.insert(1, row);
+
+    // An Eviction of a primary's Pod: deferred until the shard is handed over, then allowed.
+    let victim = primary_of(&product, 1).await;
+    let mut refusals = Vec::new();
+    let row = measure(
+        &product,
+        "Eviction of a primary's Pod",
+        &victim,
+        async || {
+            refusals = evict(&product, &victim).await;
+        },
+    )
+    .await;
+    assert!(
+        refusals
+            .first()
+            .is_some_and(|m| m.contains("handing the shard over to a replica first")),
+        "the first eviction is deferred for a handover: {refusals:?}"
+    );
+    assert!(row.lost.is_empty(), "{} writes lost", row.lost.len());
+    assert!(
+        row.longest_gap < Duration::from_secs(1),
+        "write gap {:?}",
+        row.longest_gap
+    );
+    assert_eq!(row.primary_changes, [0, 1]);
+    rows.insert(2, row);
+
+    // An Eviction of a replica's Pod: the budget allows one disruption of a healthy cluster.
+    let victim = replica_of(&product, 0).await;
+    let row = measure(
+        &product,
+        "Eviction of a replica's Pod",
+        &victim,
+        async || {
+            let refusals = evict(&product, &victim).await;
+            assert!(refusals.is_empty(), "{refusals:?}");
+        },
+    )
+    .await;
+    assert!(row.lost.is_empty(), "{} writes lost", row.lost.len());
+    assert_eq!(row.primary_changes, [0, 0]);
+    rows.insert(3, row);
+
+    // A primary's Pod deleted by hand: Valkey's own failover; the node is replaced.
+    let victim = primary_of(&product, 0).await;
+    let row = measure(&product, "A primary's Pod deleted", &victim, async || {
+        product.kubectl(&["delete", "pod", &victim, "-n", NAMESPACE, "--wait=false"]);
+    })
+    .await;
+    assert!(row.lost.is_empty(), "{} writes lost", row.lost.len());
+    assert_eq!(row.primary_changes, [1, 0]);
+    rows.insert(4, row);
+
+    // A failover recorded and never taking effect (as when the operator dies between recording
+    // and issuing it, three times): the roll stalls with the reason and resumes, with one
+    // failover, once a person annotates the cluster. Recorded here before the roll reaches it.
+    let watch = ClusterWatch::start(&product, NAMESPACE, CLUSTER).await;
+    product.patch(
+        "valkeyconfig/fast-failure-detection",
+        None,
+        r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
+    );
+    let before = product.cluster(NAMESPACE, CLUSTER)["status"]["desiredRevision"].clone();
+    let revision = eventually("the roll's revision", Duration::from_secs(30), async || {
+        let now = product.cluster(NAMESPACE, CLUSTER)["status"]["desiredRevision"].clone();
+        (now != before)
+            .then(|| now.as_str().map(String::from))
+            .flatten()
+    })
+    .await;
+    let memory = format!(
+        r#"{{"status": {{"roll": {{"revision": "{revision}", "failedOverShards": [0], "failoverAttempts": [{{"shard": 0, "attempts": {MAX_FAILOVER_ATTEMPTS}}}]}}}}}}"#
+    );
+    product.kubectl(&[
+        "patch",
+        "valkeycluster",
+        CLUSTER,
+        "-n",
+        NAMESPACE,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &memory,
+    ]);
+    let stalled = eventually(
+        "the roll to stall on shard 0",
+        Duration::from_secs(120),
+        async || {
+            let cluster = product.cluster(NAMESPACE, CLUSTER);
+            let message = condition_field(&cluster, "Degraded", "message")?;
+            message
+                .contains("did not complete in 3 attempts")
+                .then_some(message)
+        },
+    )
+    .await;
+    assert!(stalled.contains(RETRY_FAILOVERS), "{stalled}");
+    watch.assert_writing().await;
+    product.kubectl(&[
+        "annotate",
+        "valkeycluster",
+        CLUSTER,
+        "-n",
+        NAMESPACE,
+        &format!("{RETRY_FAILOVERS}={revision}"),
+    ]);
+    product
+        .wait_converged(&[(NAMESPACE, CLUSTER)], "9.1.2", Duration::from_secs(180))
+        .await;
+    let report = watch.finish(&product).await;
+    report.assert_shards(SHARDS as u16, 1, 0);
+    let cluster = product.cluster(NAMESPACE, CLUSTER);
+    assert!(
+        cluster["metadata"]["annotations"][RETRY_FAILOVERS].is_null(),
+        "the annotation acts once and goes"
+    );
+    println!(
+        "chaos | a failover stalled after {MAX_FAILOVER_ATTEMPTS} attempts, resumed by annotation: longest write gap {:.3} s",
+        report.longest_write_gap().as_secs_f64()
+    );
+
+    println!("chaos | {} faults, one row each above", rows.len());
+}
