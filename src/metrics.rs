@@ -126,7 +126,8 @@ impl Metrics {
             stall_reasons: Mutex::new(HashMap::new()),
             failovers: add.counter(
                 "failovers_total",
-                "Planned failovers issued, by cluster.",
+                "Planned failovers completed (roles changed), by cluster; an attempt that did not \
+                 take effect counts only in failover_duration_seconds{result=\"failed\"}.",
                 &PER_CLUSTER,
             )?,
             failover_duration: add.histogram(
@@ -226,9 +227,11 @@ impl Metrics {
     }
 
     pub fn failover(&self, namespace: &str, cluster: &str, ok: bool, started: Instant) {
-        self.failovers
-            .with_label_values(&[namespace, cluster])
-            .inc();
+        if ok {
+            self.failovers
+                .with_label_values(&[namespace, cluster])
+                .inc();
+        }
         self.failover_duration
             .with_label_values(&[if ok { "completed" } else { "failed" }])
             .observe(started.elapsed().as_secs_f64());
