@@ -11,6 +11,9 @@
 //!   by the PodDisruptionBudget. Nothing lost, a write gap under 1 s;
 //! - an Eviction of a replica's Pod: allowed at once, no primary change;
 //! - a primary's Pod deleted by hand: its server stopped for good, so taken over at once;
+//! - a primary's server paused (SIGSTOP) past the node timeout, then resumed: not taken over
+//!   (it may come back), nothing lost;
+//! - the operator killed (SIGKILL) at a planned failover and restarted: one failover a shard;
 //! - a roll whose failover of a shard was recorded and never took effect, three times (as when
 //!   the operator dies between recording and issuing it): it stalls with the reason, and a
 //!   person's annotation resumes it with one failover.
@@ -110,15 +113,16 @@ async fn replica_of(product: &Product, shard: u32) -> String {
         .expect("a replica")
 }
 
-/// Whole again: `victim`'s Pod gone, every shard a primary and one replica with its share of
-/// the slots, every node seeing all slots served, and the cluster converged.
+/// Whole again: `victim`'s Pod gone (if the fault removes it), every shard a primary and one
+/// replica with its share of the slots, every node seeing all slots served, and the cluster
+/// converged.
 async fn whole_again(product: &Product, victim: &str) {
     eventually(
-        format!("{victim} replaced and the cluster whole again"),
+        format!("{victim:?} replaced (if named) and the cluster whole again"),
         Duration::from_secs(180),
         async || {
             let pods = product.addresses(NAMESPACE, CLUSTER);
-            if pods.contains_key(victim) || pods.len() != 4 {
+            if (!victim.is_empty() && pods.contains_key(victim)) || pods.len() != 4 {
                 return Err(format!("Pods: {pods:?}"));
             }
             let addresses: Vec<String> = pods.into_values().collect();
@@ -212,7 +216,7 @@ async fn evict(product: &Product, pod: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn faults_lose_nothing_a_replica_held_and_heal() {
-    let product = Product::start(None, &[]).await;
+    let mut product = Product::start(None, &[]).await;
     product.apply(IMAGES);
     product.apply(OBJECTS);
     product
@@ -228,11 +232,7 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
         .and_then(|p| p.pid)
         .expect("the primary's process");
     let row = measure(&product, "SIGKILL of a primary", &victim, async || {
-        let killed = std::process::Command::new("kill")
-            .args(["-9", &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(killed.success());
+        signal(pid, "-KILL");
     })
     .await;
     assert!(
@@ -311,6 +311,34 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
     assert_eq!(row.primary_changes, [1, 0]);
     rows.insert(4, row);
 
+    // A primary's server paused (SIGSTOP) for twice the node timeout, then resumed: its Pod
+    // still runs, so it may come back and is not taken over; with two shards Valkey cannot
+    // fail it over either (no majority of primaries), so the shard's writes wait, and resume.
+    let victim = primary_of(&product, 1).await;
+    let pid = product
+        .kubelet
+        .pod_process(NAMESPACE, &victim)
+        .and_then(|p| p.pid)
+        .expect("the primary's process");
+    let row = measure(&product, "SIGSTOP of a primary, 6 s", "", async || {
+        signal(pid, "-STOP");
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        signal(pid, "-CONT");
+    })
+    .await;
+    assert!(row.lost.is_empty(), "{} writes lost", row.lost.len());
+    assert_eq!(
+        row.primary_changes,
+        [0, 0],
+        "a paused primary is not replaced"
+    );
+    let pods = product.addresses(NAMESPACE, CLUSTER);
+    assert!(
+        pods.contains_key(&victim),
+        "the paused node stays: {pods:?}"
+    );
+    rows.insert(5, row);
+
     // A failover recorded and never taking effect (as when the operator dies between recording
     // and issuing it, three times): the roll stalls with the reason and resumes, with one
     // failover, once a person annotates the cluster. Recorded here before the roll reaches it.
@@ -379,5 +407,47 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
         report.longest_write_gap().as_secs_f64()
     );
 
+    // The operator killed (SIGKILL) right after it logs a planned failover, so around the
+    // moment it records and issues it, then started again: each shard fails over once.
+    let watch = ClusterWatch::start(&product, NAMESPACE, CLUSTER).await;
+    let planned_before = product
+        .operator
+        .log()
+        .matches("fail over shard ")
+        .count();
+    product.patch(
+        "valkeyconfig/fast-failure-detection",
+        None,
+        r#"{"spec": {"imageRef": "valkey-9-0-0"}}"#,
+    );
+    eventually("a planned failover", Duration::from_secs(120), async || {
+        let planned = product
+            .operator
+            .log()
+            .matches("fail over shard ")
+            .count();
+        (planned > planned_before).then_some(())
+    })
+    .await;
+    product.operator.kill_and_restart();
+    product
+        .wait_converged(&[(NAMESPACE, CLUSTER)], "9.0.0", Duration::from_secs(180))
+        .await;
+    let report = watch.finish(&product).await;
+    report.assert_shards(SHARDS as u16, 1, 0);
+    let roll = &product.cluster(NAMESPACE, CLUSTER)["status"]["roll"];
+    println!(
+        "chaos | operator killed at a planned failover: each shard failed over once, longest write gap {:.3} s, roll memory {roll}",
+        report.longest_write_gap().as_secs_f64()
+    );
+
     println!("chaos | {} faults, one row each above", rows.len());
+}
+
+fn signal(pid: u32, which: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([which, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill {which} {pid}");
 }

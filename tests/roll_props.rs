@@ -73,6 +73,7 @@ impl Sim {
             migrating: false,
             handover_requested: false,
             terminated: false,
+            leaving: false,
         });
     }
 
@@ -273,6 +274,7 @@ fn build(start: &Start) -> Vec<ObservedNode> {
                 migrating: false,
                 handover_requested: false,
                 terminated: false,
+                leaving: false,
             });
         }
     }

@@ -102,14 +102,69 @@ where
     }
 }
 
-/// Deletes a node's Pod and ValkeyNode (with or without garbage collection).
+/// Deletes a node's Pod and ValkeyNode (with or without garbage collection), releasing the
+/// node's [`NODE_FINALIZER`] between the two.
 pub async fn delete_node(
     nodes: &Api<ValkeyNode>,
     pods: &Api<Pod>,
     name: &str,
 ) -> Result<(), kube::Error> {
     delete_if_present(pods, name).await?;
+    release(nodes, name).await?;
     delete_if_present(nodes, name).await
+}
+
+/// On every ValkeyNode the operator runs: a ValkeyNode deleted by hand stays until the
+/// operator has replaced it like an outdated node (a primary hands its shard over first; a
+/// shard without replicas gets one first), so a `kubectl delete` loses no data and leaves no
+/// slot unserved. The operator's own retirement releases it.
+pub const NODE_FINALIZER: &str = "valkey.gomomento.com/retire";
+
+/// Sets the node's finalizers to `change(current)`, over the version read (a concurrent change
+/// fails the patch rather than being overwritten); a node that is gone needs nothing.
+async fn set_finalizers(
+    nodes: &Api<ValkeyNode>,
+    name: &str,
+    change: impl FnOnce(Vec<String>) -> Vec<String>,
+) -> Result<(), kube::Error> {
+    let Some(node) = nodes.get_opt(name).await? else {
+        return Ok(());
+    };
+    let current = node.metadata.finalizers.clone().unwrap_or_default();
+    let wanted = change(current.clone());
+    if wanted == current {
+        return Ok(());
+    }
+    let patch = json!({"metadata": {
+        "finalizers": wanted,
+        "resourceVersion": node.metadata.resource_version,
+    }});
+    nodes
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Puts [`NODE_FINALIZER`] on the node.
+pub async fn hold(nodes: &Api<ValkeyNode>, name: &str) -> Result<(), kube::Error> {
+    set_finalizers(nodes, name, |mut finalizers| {
+        if !finalizers.iter().any(|f| f == NODE_FINALIZER) {
+            finalizers.push(NODE_FINALIZER.to_string());
+        }
+        finalizers
+    })
+    .await
+}
+
+/// Takes [`NODE_FINALIZER`] off the node, leaving any other finalizer.
+async fn release(nodes: &Api<ValkeyNode>, name: &str) -> Result<(), kube::Error> {
+    set_finalizers(nodes, name, |finalizers| {
+        finalizers
+            .into_iter()
+            .filter(|f| f != NODE_FINALIZER)
+            .collect()
+    })
+    .await
 }
 
 impl NodeHost for KubeHost<'_> {
@@ -138,6 +193,7 @@ impl NodeHost for KubeHost<'_> {
             None => NodeRole::Primary,
         };
         let created = self.nodes_api.create(&PostParams::default(), &node).await?;
+        hold(&self.nodes_api, &name).await?;
         let status = ValkeyNodeStatus {
             lifecycle: Some(NodeLifecycle::Joining),
             pod_name: Some(name.clone()),

@@ -1,6 +1,6 @@
 //! Keeping a cluster's members in place before the planner looks: the objects the cluster owns
-//! (its headless Service and PodDisruptionBudget), the Pod of a node whose creation was cut
-//! short, and each node's role in its status and Pod labels, with the cluster's
+//! (its headless Service and PodDisruptionBudget), the operator's finalizer on every node, the
+//! Pod of a node whose creation was cut short, and each node's role in its status and Pod labels, with the cluster's
 //! podAnnotations. The executor's membership pass (ids, MEET, REPLICATE, FORGET;
 //! `crate::execute::membership`) runs between the two.
 //!
@@ -15,7 +15,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::error::Error;
-use super::host::{KubeHost, MANAGER};
+use super::host::{KubeHost, MANAGER, NODE_FINALIZER, hold};
 use super::observe::REPLICA_OF_ANNOTATION;
 use super::render::{ClusterRender, role_label};
 use super::status::node_role;
@@ -53,6 +53,24 @@ fn serving_pods(host: &KubeHost<'_>) -> usize {
             !matches!(phase, Some("Failed" | "Succeeded"))
         })
         .count()
+}
+
+/// Puts the operator's finalizer on nodes created before it existed (new nodes get it when
+/// created): from then on, a ValkeyNode deleted by hand is replaced before it goes.
+pub async fn hold_nodes(
+    host: &KubeHost<'_>,
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<(), Error> {
+    let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), namespace);
+    let unheld = host.nodes.objects.iter().filter(|n| {
+        n.metadata.deletion_timestamp.is_none()
+            && !n.finalizers().iter().any(|f| f == NODE_FINALIZER)
+    });
+    for node in unheld {
+        hold(&nodes, &node.name_any()).await?;
+    }
+    Ok(())
 }
 
 /// Creates the Pod of a node that never had one running (its creation failed after the

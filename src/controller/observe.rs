@@ -116,6 +116,7 @@ impl ClusterNodes {
                     replica_of: node.annotations().get(REPLICA_OF_ANNOTATION).cloned(),
                     handover_requested: handover_requested(node, now),
                     terminated: self.terminated(node),
+                    leaving: node.metadata.deletion_timestamp.is_some(),
                     name,
                 }
             })

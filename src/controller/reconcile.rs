@@ -174,6 +174,7 @@ async fn prepare(
     namespace: &str,
 ) -> Result<Vec<crate::roll::ObservedNode>, Error> {
     membership::apply_owned_objects(&ctx.client, render, host, namespace).await?;
+    membership::hold_nodes(host, &ctx.client, namespace).await?;
     membership::create_missing_pods(&ctx.client, render, host, namespace).await?;
     execute::membership::introduce(host, &ctx.timeouts).await?;
     let observed = observe(&host.members(), ctx.timeouts.call).await;

@@ -68,6 +68,8 @@ pub struct Member {
     pub handover_requested: bool,
     /// Its server has stopped for good (see [`crate::roll::ObservedNode::terminated`]).
     pub terminated: bool,
+    /// Someone asked for it to go (see [`crate::roll::ObservedNode::leaving`]).
+    pub leaving: bool,
 }
 
 /// Where a cluster's nodes live: the only part of executing a step that differs between the

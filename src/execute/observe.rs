@@ -123,6 +123,7 @@ fn unheard(member: &Member) -> ObservedNode {
         migrating: false,
         handover_requested: member.handover_requested,
         terminated: member.terminated,
+        leaving: member.leaving,
     }
 }
 

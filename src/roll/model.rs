@@ -132,6 +132,9 @@ pub struct ObservedNode {
     /// (paused, partitioned), it cannot come back as a second primary, so its shard may be
     /// taken over at once.
     pub terminated: bool,
+    /// Someone asked for it to go (its ValkeyNode was deleted by hand): it counts as outdated,
+    /// so it is replaced before it is retired, and as a primary it hands its shard over first.
+    pub leaving: bool,
 }
 
 impl ObservedNode {
@@ -140,7 +143,7 @@ impl ObservedNode {
     }
 
     pub fn is_up_to_date(&self, desired: &DesiredShape) -> bool {
-        self.revision == desired.revision
+        self.revision == desired.revision && !self.leaving
     }
 }
 

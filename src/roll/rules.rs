@@ -13,8 +13,10 @@
 //! 3. A desired shard without any node gets a new primary (bootstrap, shards up).
 //! 4. Slots nobody owns are assigned, each desired shard taking its even contiguous share.
 //! 5. A node that does not report `cluster_state:ok`, or a running slot migration: wait.
-//! 6. A primary whose Pod is being evicted hands its shard over to its most caught-up synced
-//!    replica (up-to-date ones first; never one that is itself being evicted).
+//! 6. A primary whose Pod is being evicted, or whose ValkeyNode was deleted by hand, hands its
+//!    shard over to its most caught-up synced replica (up-to-date ones first; never one that is
+//!    itself leaving). A node deleted by hand counts as outdated from then on (rule 7 replaces
+//!    it before retiring it).
 //! 7. Replicas, one shard at a time (a shard already being rolled goes first), replacing before
 //!    retiring, exactly as the upgrade guide describes:
 //!    join an up-to-date replica while the shard is at or below its target and something is
@@ -309,16 +311,17 @@ fn unsettled_cluster(view: &View) -> Option<Step> {
     })
 }
 
-/// Rule 6: a primary about to be evicted hands over to a synced replica that is staying.
+/// Rule 6: a primary about to be evicted or deleted hands over to a synced replica that stays.
 fn handovers(view: &View) -> Option<Step> {
     view.nodes
         .iter()
-        .filter(|n| n.handover_requested && n.reachable && n.role == Role::Primary)
+        .filter(|n| (n.handover_requested || n.leaving) && n.reachable && n.role == Role::Primary)
         .find_map(|leaving| {
             let target = view
                 .replicas(leaving.shard)
                 .into_iter()
-                .filter(|n| !n.handover_requested && n.sync.is_some_and(|s| s.is_synced()))
+                .filter(|n| !n.handover_requested && !n.leaving)
+                .filter(|n| n.sync.is_some_and(|s| s.is_synced()))
                 .max_by(|a, b| {
                     let rank =
                         |n: &ObservedNode| (n.is_up_to_date(view.desired), replica_offset(n));

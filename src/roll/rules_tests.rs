@@ -40,6 +40,7 @@ fn primary(name: &str, shard: u32, slots: Vec<SlotRange>) -> ObservedNode {
         migrating: false,
         handover_requested: false,
         terminated: false,
+        leaving: false,
     }
 }
 
@@ -388,4 +389,42 @@ fn an_evicted_primary_hands_over_to_the_best_staying_replica() {
         plan(&desired, &nodes, &memory),
         Step::HandOver { .. }
     ));
+}
+
+#[test]
+fn a_node_deleted_by_hand_is_replaced_before_it_goes_and_hands_its_shard_over() {
+    let desired = shape(1, 0, OLD);
+    let memory = RollMemory::default();
+    // A shard without replicas: one joins first, so the data has somewhere to go.
+    let mut nodes = vec![primary("p0", 0, all_slots())];
+    nodes[0].leaving = true;
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        Step::JoinReplica {
+            shard: 0,
+            primary: "p0".into(),
+        }
+    );
+    // Once it is synced, the shard is handed over to it; then the leaving node is retired.
+    nodes.push(replica("r0", 0));
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        Step::HandOver {
+            shard: 0,
+            from: "p0".into(),
+            to: "r0".into(),
+        }
+    );
+    let after = vec![
+        ObservedNode {
+            leaving: true,
+            ..replica("p0", 0)
+        },
+        primary("r0", 0, all_slots()),
+    ];
+    let step = plan(&desired, &after, &memory);
+    assert!(
+        matches!(&step, Step::RetireNode { node, .. } if node == "p0"),
+        "{step}"
+    );
 }
