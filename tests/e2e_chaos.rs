@@ -410,22 +410,14 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
     // The operator killed (SIGKILL) right after it logs a planned failover, so around the
     // moment it records and issues it, then started again: each shard fails over once.
     let watch = ClusterWatch::start(&product, NAMESPACE, CLUSTER).await;
-    let planned_before = product
-        .operator
-        .log()
-        .matches("fail over shard ")
-        .count();
+    let planned_before = product.operator.log().matches("fail over shard ").count();
     product.patch(
         "valkeyconfig/fast-failure-detection",
         None,
         r#"{"spec": {"imageRef": "valkey-9-0-0"}}"#,
     );
     eventually("a planned failover", Duration::from_secs(120), async || {
-        let planned = product
-            .operator
-            .log()
-            .matches("fail over shard ")
-            .count();
+        let planned = product.operator.log().matches("fail over shard ").count();
         (planned > planned_before).then_some(())
     })
     .await;
