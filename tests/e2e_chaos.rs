@@ -14,6 +14,7 @@
 //! - a primary's server paused (SIGSTOP) past the node timeout, then resumed: not taken over
 //!   (it may come back), nothing lost;
 //! - the operator killed (SIGKILL) at a planned failover and restarted: one failover a shard;
+//! - a primary's server killed in the middle of a roll: taken over, and the roll finishes;
 //! - a roll whose failover of a shard was recorded and never took effect, three times (as when
 //!   the operator dies between recording and issuing it): it stalls with the reason, and a
 //!   person's annotation resumes it with one failover.
@@ -39,6 +40,10 @@ const NAMESPACE: &str = "chaos";
 const CLUSTER: &str = "ledger";
 const SHARDS: u32 = 2;
 
+/// The asynchronous replication window: writes a primary acknowledged this shortly before it
+/// died may not have reached its replica. Nothing acknowledged earlier (or later) may be lost.
+const REPLICATION_WINDOW: Duration = Duration::from_millis(100);
+
 /// A short node timeout, as a team that wants fast unplanned failovers would set it.
 const OBJECTS: &str = r#"
 apiVersion: v1
@@ -63,6 +68,9 @@ struct Row {
     lost: Vec<u64>,
     /// How long before the fault the earliest lost write was acknowledged.
     lost_window: Duration,
+    /// Lost writes acknowledged outside the replication window: more than
+    /// [`REPLICATION_WINDOW`] before the fault, or after it.
+    lost_outside_window: usize,
     longest_gap: Duration,
     whole_after: Duration,
     primary_changes: Vec<usize>,
@@ -71,7 +79,7 @@ struct Row {
 impl Row {
     fn print(&self) {
         println!(
-            "chaos | {:<28} | acked {:>6} | lost {:>3} (within {:>5.3} s before the fault) | longest write gap {:>6.3} s | whole again after {:>5.1} s | primary changes per shard {:?}",
+            "chaos | {:<28} | acked {:>6} | lost {:>3} (earliest acknowledged {:>5.3} s before the fault) | longest write gap {:>6.3} s | whole again after {:>5.1} s | primary changes per shard {:?}",
             self.fault,
             self.acked,
             self.lost.len(),
@@ -116,7 +124,7 @@ async fn replica_of(product: &Product, shard: u32) -> String {
 /// Whole again: `victim`'s Pod gone (if the fault removes it), every shard a primary and one
 /// replica with its share of the slots, every node seeing all slots served, and the cluster
 /// converged.
-async fn whole_again(product: &Product, victim: &str) {
+async fn whole_again(product: &Product, victim: &str, version: &str) {
     eventually(
         format!("{victim:?} replaced (if named) and the cluster whole again"),
         Duration::from_secs(180),
@@ -131,7 +139,7 @@ async fn whole_again(product: &Product, victim: &str) {
                 return Err(format!("(replicas, slots) per shard: {seen:?}"));
             }
             let status = product.cluster(NAMESPACE, CLUSTER);
-            if !converged(&status, "9.0.0") {
+            if !converged(&status, version) {
                 return Err(format!("status: {:#}", status["status"]));
             }
             Ok(())
@@ -142,10 +150,12 @@ async fn whole_again(product: &Product, victim: &str) {
 
 /// Runs `fault` under a writer and a sampler, waits until the cluster is whole again without
 /// `victim`, and measures.
-async fn measure<F: AsyncFnOnce()>(
+/// `fault` returns the moment the fault struck (after any preparation of its own).
+async fn measure<F: AsyncFnOnce() -> Instant>(
     product: &Product,
     fault_name: &'static str,
     victim: &str,
+    version: &str,
     fault: F,
 ) -> Row {
     let seeds: Vec<String> = product
@@ -157,8 +167,8 @@ async fn measure<F: AsyncFnOnce()>(
     let sampler = Sampler::start(seeds);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let at = Instant::now();
-    fault().await;
-    whole_again(product, victim).await;
+    let struck = fault().await;
+    whole_again(product, victim, version).await;
     let whole_after = at.elapsed();
     writer.assert_progressing().await;
     let log = writer.stop().await;
@@ -168,15 +178,16 @@ async fn measure<F: AsyncFnOnce()>(
         .into_values()
         .collect();
     let lost = lost_writes(&seeds, log.acked).await;
-    let earliest_lost = lost
-        .iter()
-        .map(|&i| log.ack_times[i as usize])
-        .min()
-        .unwrap_or(at);
+    let lost_at: Vec<Instant> = lost.iter().map(|&i| log.ack_times[i as usize]).collect();
+    let earliest_lost = lost_at.iter().min().copied().unwrap_or(struck);
     let row = Row {
         fault: fault_name,
         acked: log.acked,
-        lost_window: at.saturating_duration_since(earliest_lost),
+        lost_window: struck.saturating_duration_since(earliest_lost),
+        lost_outside_window: lost_at
+            .iter()
+            .filter(|&&t| t > struck || struck.saturating_duration_since(t) > REPLICATION_WINDOW)
+            .count(),
         lost,
         longest_gap: log.longest_gap(at, *log.ack_times.last().unwrap()),
         whole_after,
@@ -231,12 +242,17 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
         .pod_process(NAMESPACE, &victim)
         .and_then(|p| p.pid)
         .expect("the primary's process");
-    let row = measure(&product, "SIGKILL of a primary", &victim, async || {
-        signal(pid, "-KILL");
-    })
+    let row = measure(
+        &product,
+        "SIGKILL of a primary",
+        &victim,
+        "9.0.0",
+        async || signal(pid, "-KILL"),
+    )
     .await;
-    assert!(
-        row.lost_window <= Duration::from_millis(100),
+    assert_eq!(
+        row.lost_outside_window,
+        0,
         "writes lost beyond the replication window: {} lost, the earliest acknowledged {:?} before the kill",
         row.lost.len(),
         row.lost_window
@@ -265,8 +281,11 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
         &product,
         "Eviction of a primary's Pod",
         &victim,
+        "9.0.0",
         async || {
+            let at = Instant::now();
             refusals = evict(&product, &victim).await;
+            at
         },
     )
     .await;
@@ -291,9 +310,12 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
         &product,
         "Eviction of a replica's Pod",
         &victim,
+        "9.0.0",
         async || {
+            let at = Instant::now();
             let refusals = evict(&product, &victim).await;
             assert!(refusals.is_empty(), "{refusals:?}");
+            at
         },
     )
     .await;
@@ -301,11 +323,19 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
     assert_eq!(row.primary_changes, [0, 0]);
     rows.insert(3, row);
 
-    // A primary's Pod deleted by hand: Valkey's own failover; the node is replaced.
+    // A primary's Pod deleted by hand: its server stops for good, so it is taken over at once.
     let victim = primary_of(&product, 0).await;
-    let row = measure(&product, "A primary's Pod deleted", &victim, async || {
-        product.kubectl(&["delete", "pod", &victim, "-n", NAMESPACE, "--wait=false"]);
-    })
+    let row = measure(
+        &product,
+        "A primary's Pod deleted",
+        &victim,
+        "9.0.0",
+        async || {
+            let at = Instant::now();
+            product.kubectl(&["delete", "pod", &victim, "-n", NAMESPACE, "--wait=false"]);
+            at
+        },
+    )
     .await;
     assert!(row.lost.is_empty(), "{} writes lost", row.lost.len());
     assert_eq!(row.primary_changes, [1, 0]);
@@ -320,11 +350,18 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
         .pod_process(NAMESPACE, &victim)
         .and_then(|p| p.pid)
         .expect("the primary's process");
-    let row = measure(&product, "SIGSTOP of a primary, 6 s", "", async || {
-        signal(pid, "-STOP");
-        tokio::time::sleep(Duration::from_secs(6)).await;
-        signal(pid, "-CONT");
-    })
+    let row = measure(
+        &product,
+        "SIGSTOP of a primary, 6 s",
+        "",
+        "9.0.0",
+        async || {
+            let at = signal(pid, "-STOP");
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            signal(pid, "-CONT");
+            at
+        },
+    )
     .await;
     assert!(row.lost.is_empty(), "{} writes lost", row.lost.len());
     assert_eq!(
@@ -433,13 +470,56 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
         report.longest_write_gap().as_secs_f64()
     );
 
+    // SIGKILL of a primary in the middle of a roll: shard 0 rolls first, so shard 1's primary
+    // and replica are both outdated when the primary dies. The replica takes over at once, then
+    // the roll goes on: shard 1 changes primary twice (the takeover, then its one planned
+    // failover), shard 0 once.
+    let victim = primary_of(&product, 1).await;
+    let pid = product
+        .kubelet
+        .pod_process(NAMESPACE, &victim)
+        .and_then(|p| p.pid)
+        .expect("the primary's process");
+    let row = measure(
+        &product,
+        "SIGKILL of a primary mid-roll",
+        &victim,
+        "9.1.2",
+        async || {
+            product.patch(
+                "valkeyconfig/fast-failure-detection",
+                None,
+                r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
+            );
+            eventually("the roll to start", Duration::from_secs(60), async || {
+                let cluster = product.cluster(NAMESPACE, CLUSTER);
+                (condition_field(&cluster, "Progressing", "status").as_deref() == Some("True"))
+                    .then_some(())
+            })
+            .await;
+            signal(pid, "-KILL")
+        },
+    )
+    .await;
+    assert_eq!(
+        row.lost_outside_window,
+        0,
+        "writes lost beyond the replication window: {} lost, the earliest acknowledged {:?} before the kill",
+        row.lost.len(),
+        row.lost_window
+    );
+    assert_eq!(row.primary_changes, [1, 2]);
+    rows.insert(6, row);
+
     println!("chaos | {} faults, one row each above", rows.len());
 }
 
-fn signal(pid: u32, which: &str) {
+fn signal(pid: u32, which: &str) -> Instant {
+    let at = Instant::now();
     let sent = std::process::Command::new("kill")
         .args([which, &pid.to_string()])
         .status()
         .unwrap();
     assert!(sent.success(), "kill {which} {pid}");
+    at
 }

@@ -2,12 +2,16 @@
 //!
 //! 1. **dereference**: resolve `spec.configRef` through the `baseRef` chain (fleet index);
 //! 2. **observe**: the stored status (roll memory) and the cluster's ValkeyNodes and Pods;
-//! 3. **membership**: the owned Service and budget, missing Pods, MEET/REPLICATE, roles
-//!    (outside the planner; see [`super::membership`]);
-//! 4. **plan**: what every node says (`crate::execute::observe`) → the pure planner;
+//! 3. **membership**: the owned Service and budget, node finalizers, missing Pods,
+//!    MEET/REPLICATE, roles (outside the planner; see [`super::membership`]);
+//! 4. **plan**: what every node says (`crate::execute::observe`) → the pure planner, after a
+//!    person's `retry-failovers` annotation has been honoured;
 //! 5. **act**: exactly the one planned step, through the product's executor;
 //! 6. **live**: once converged, settings and ACL users applied in place;
 //! 7. **update status**: one server-side apply, then requeue by cause.
+//!
+//! Membership and act run only while this replica's leadership still holds by its own clock
+//! ([`Context::fence`]): a pass that outlived it (a paused process) writes nothing to Valkey.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
