@@ -11,8 +11,8 @@
 
 use std::time::{Duration, Instant};
 
-use harness::eventually;
 use harness::k8s::{ClusterWatch, IMAGES, Product, condition};
+use harness::{eventually, signal};
 
 const FLEET: &str = r#"
 apiVersion: v1
@@ -36,14 +36,6 @@ spec: {configRef: shared, shards: 2, replicasPerShard: 1}
 "#;
 
 const CLUSTERS: [(&str, &str); 2] = [("outage", "orders"), ("outage", "carts")];
-
-fn signal(pid: u32, which: &str) {
-    let sent = std::process::Command::new("kill")
-        .args([which, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success(), "kill {which} {pid}");
-}
 
 #[tokio::test]
 async fn a_fleet_roll_survives_the_api_server_gone_for_20_seconds() {

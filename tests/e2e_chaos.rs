@@ -28,9 +28,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use harness::eventually;
 use harness::k8s::{ClusterWatch, IMAGES, Product, condition_field, converged};
 use harness::valkey::{Sampler, Writer, layout, lost_writes, primary_changes};
+use harness::{eventually, signal};
 use tokio::time::Instant;
 use valkey_operator::api::annotations::RETRY_FAILOVERS;
 use valkey_operator::roll::{MAX_FAILOVER_ATTEMPTS, Role, slots::bootstrap_range};
@@ -124,13 +124,13 @@ async fn replica_of(product: &Product, shard: u32) -> String {
 /// Whole again: `victim`'s Pod gone (if the fault removes it), every shard a primary and one
 /// replica with its share of the slots, every node seeing all slots served, and the cluster
 /// converged.
-async fn whole_again(product: &Product, victim: &str, version: &str) {
+async fn whole_again(product: &Product, victim: Option<&str>, version: &str) {
     eventually(
         format!("{victim:?} replaced (if named) and the cluster whole again"),
         Duration::from_secs(180),
         async || {
             let pods = product.addresses(NAMESPACE, CLUSTER);
-            if (!victim.is_empty() && pods.contains_key(victim)) || pods.len() != 4 {
+            if victim.is_some_and(|v| pods.contains_key(v)) || pods.len() != 4 {
                 return Err(format!("Pods: {pods:?}"));
             }
             let addresses: Vec<String> = pods.into_values().collect();
@@ -148,13 +148,13 @@ async fn whole_again(product: &Product, victim: &str, version: &str) {
     .await;
 }
 
-/// Runs `fault` under a writer and a sampler, waits until the cluster is whole again without
-/// `victim`, and measures.
-/// `fault` returns the moment the fault struck (after any preparation of its own).
+/// Runs `fault` under a writer and a sampler, waits until the cluster is whole again (without
+/// `victim`'s Pod, when the fault removes one), and measures. `fault` returns the moment it
+/// struck (after any preparation of its own).
 async fn measure<F: AsyncFnOnce() -> Instant>(
     product: &Product,
     fault_name: &'static str,
-    victim: &str,
+    victim: Option<&str>,
     version: &str,
     fault: F,
 ) -> Row {
@@ -237,15 +237,11 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
 
     // SIGKILL of a primary's server: never restarted in place, the replica keeps the data.
     let victim = primary_of(&product, 0).await;
-    let pid = product
-        .kubelet
-        .pod_process(NAMESPACE, &victim)
-        .and_then(|p| p.pid)
-        .expect("the primary's process");
+    let pid = product.server_pid(NAMESPACE, &victim);
     let row = measure(
         &product,
         "SIGKILL of a primary",
-        &victim,
+        Some(&victim),
         "9.0.0",
         async || signal(pid, "-KILL"),
     )
@@ -280,7 +276,7 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
     let row = measure(
         &product,
         "Eviction of a primary's Pod",
-        &victim,
+        Some(&victim),
         "9.0.0",
         async || {
             let at = Instant::now();
@@ -309,7 +305,7 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
     let row = measure(
         &product,
         "Eviction of a replica's Pod",
-        &victim,
+        Some(&victim),
         "9.0.0",
         async || {
             let at = Instant::now();
@@ -328,7 +324,7 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
     let row = measure(
         &product,
         "A primary's Pod deleted",
-        &victim,
+        Some(&victim),
         "9.0.0",
         async || {
             let at = Instant::now();
@@ -345,15 +341,11 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
     // still runs, so it may come back and is not taken over; with two shards Valkey cannot
     // fail it over either (no majority of primaries), so the shard's writes wait, and resume.
     let victim = primary_of(&product, 1).await;
-    let pid = product
-        .kubelet
-        .pod_process(NAMESPACE, &victim)
-        .and_then(|p| p.pid)
-        .expect("the primary's process");
+    let pid = product.server_pid(NAMESPACE, &victim);
     let row = measure(
         &product,
         "SIGSTOP of a primary, 6 s",
-        "",
+        None,
         "9.0.0",
         async || {
             let at = signal(pid, "-STOP");
@@ -475,15 +467,11 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
     // the roll goes on: shard 1 changes primary twice (the takeover, then its one planned
     // failover), shard 0 once.
     let victim = primary_of(&product, 1).await;
-    let pid = product
-        .kubelet
-        .pod_process(NAMESPACE, &victim)
-        .and_then(|p| p.pid)
-        .expect("the primary's process");
+    let pid = product.server_pid(NAMESPACE, &victim);
     let row = measure(
         &product,
         "SIGKILL of a primary mid-roll",
-        &victim,
+        Some(&victim),
         "9.1.2",
         async || {
             product.patch(
@@ -512,14 +500,4 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
     rows.insert(6, row);
 
     println!("chaos | {} faults, one row each above", rows.len());
-}
-
-fn signal(pid: u32, which: &str) -> Instant {
-    let at = Instant::now();
-    let sent = std::process::Command::new("kill")
-        .args([which, &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success(), "kill {which} {pid}");
-    at
 }

@@ -37,7 +37,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use serde_json::json;
 
 use super::http::{MAX_BODY_BYTES, parse_review};
-use crate::api::annotations::{HANDOVER_REQUESTED, HANDOVER_WINDOW};
+use crate::api::annotations::HANDOVER_REQUESTED;
 use crate::api::{ValkeyCluster, ValkeyNode, labels};
 use crate::metrics::Metrics;
 
@@ -109,8 +109,7 @@ pub fn decide(
     if cluster.spec.replicas_per_shard < 1 {
         return allow("its shard has no replica to hand over to (the budget decides)");
     }
-    let standing = standing_request(node, now);
-    let requested_at = standing.unwrap_or(now);
+    let requested_at = node.handover_requested_at(now).unwrap_or(now);
     let waited = now.duration_since(requested_at);
     if waited > SignedDuration::try_from(GIVE_UP_AFTER).unwrap_or(SignedDuration::MAX) {
         return allow(format!(
@@ -130,15 +129,6 @@ pub fn decide(
         node: name,
         requested_at,
     }
-}
-
-/// The time of a handover request on `node` that still counts at `now`.
-fn standing_request(node: &ValkeyNode, now: Timestamp) -> Option<Timestamp> {
-    let window = SignedDuration::try_from(HANDOVER_WINDOW).unwrap_or(SignedDuration::MAX);
-    node.annotations()
-        .get(HANDOVER_REQUESTED)
-        .and_then(|value| value.parse::<Timestamp>().ok())
-        .filter(|at| at.checked_add(window).is_ok_and(|until| until >= now))
 }
 
 fn is_ready(pod: &Pod) -> bool {

@@ -1,8 +1,11 @@
 //! ValkeyNode: one Valkey server of a cluster, created and owned by the operator (namespaced).
 
-use kube::CustomResource;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::{CustomResource, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use super::annotations::{HANDOVER_REQUESTED, HANDOVER_WINDOW};
 
 /// One Valkey server, named after its cluster and shard. Never created by users.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
@@ -83,4 +86,17 @@ pub enum NodeLifecycle {
 pub enum NodeRole {
     Primary,
     Replica,
+}
+
+impl ValkeyNode {
+    /// When a handover of this node's shard was asked for ([`HANDOVER_REQUESTED`]), if that
+    /// request still counts at `now` (within [`HANDOVER_WINDOW`]). An unreadable value is no
+    /// request: it is not the webhook's.
+    pub fn handover_requested_at(&self, now: Timestamp) -> Option<Timestamp> {
+        let window = SignedDuration::try_from(HANDOVER_WINDOW).unwrap_or(SignedDuration::MAX);
+        self.annotations()
+            .get(HANDOVER_REQUESTED)
+            .and_then(|value| value.parse::<Timestamp>().ok())
+            .filter(|at| at.checked_add(window).is_ok_and(|until| until >= now))
+    }
 }

@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::error::Error;
 use super::host::{KubeHost, MANAGER, NODE_FINALIZER, hold};
-use super::observe::REPLICA_OF_ANNOTATION;
+use super::observe::{REPLICA_OF_ANNOTATION, has_stopped};
 use super::render::{ClusterRender, role_label};
 use super::status::node_role;
 use crate::api::{NodeRole, ValkeyNode, labels};
@@ -47,11 +47,7 @@ fn serving_pods(host: &KubeHost<'_>) -> usize {
     host.nodes
         .pods
         .values()
-        .filter(|pod| pod.metadata.deletion_timestamp.is_none())
-        .filter(|pod| {
-            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-            !matches!(phase, Some("Failed" | "Succeeded"))
-        })
+        .filter(|pod| pod.metadata.deletion_timestamp.is_none() && !has_stopped(pod))
         .count()
 }
 

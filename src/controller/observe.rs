@@ -13,7 +13,6 @@ use kube::{Api, ResourceExt};
 
 use super::context::Context;
 use super::error::Error;
-use crate::api::annotations::{HANDOVER_REQUESTED, HANDOVER_WINDOW};
 use crate::api::{
     FailoverAttempts, NodeLifecycle, RollStatus, ValkeyCluster, ValkeyClusterStatus, ValkeyNode,
     labels,
@@ -80,10 +79,7 @@ impl ClusterNodes {
         let ran = node.status.as_ref().is_some_and(|s| s.node_id.is_some());
         match self.pods.get(&node.name_any()) {
             None => ran,
-            Some(pod) => {
-                let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-                matches!(phase, Some("Failed" | "Succeeded"))
-            }
+            Some(pod) => has_stopped(pod),
         }
     }
 
@@ -114,7 +110,7 @@ impl ClusterNodes {
                     address: self.address(&name),
                     id: node.status.as_ref().and_then(|s| s.node_id.clone()),
                     replica_of: node.annotations().get(REPLICA_OF_ANNOTATION).cloned(),
-                    handover_requested: handover_requested(node, now),
+                    handover_requested: node.handover_requested_at(now).is_some(),
                     terminated: self.terminated(node),
                     leaving: node.metadata.deletion_timestamp.is_some(),
                     name,
@@ -124,15 +120,11 @@ impl ClusterNodes {
     }
 }
 
-/// Whether `node` carries a handover request made within [`HANDOVER_WINDOW`] before `now`.
-/// An unreadable value counts as no request: it is not the webhook's.
-pub fn handover_requested(node: &ValkeyNode, now: Timestamp) -> bool {
-    let window = SignedDuration::try_from(HANDOVER_WINDOW).unwrap_or(SignedDuration::MAX);
-    node.annotations()
-        .get(HANDOVER_REQUESTED)
-        .and_then(|value| value.parse::<Timestamp>().ok())
-        .and_then(|at| at.checked_add(window).ok())
-        .is_some_and(|until| until >= now)
+/// The Pod's container has terminated and, since Valkey Pods are never restarted in place,
+/// will not run again.
+pub fn has_stopped(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    matches!(phase, Some("Failed" | "Succeeded"))
 }
 
 pub fn lifecycle(node: &ValkeyNode) -> Lifecycle {

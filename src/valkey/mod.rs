@@ -270,26 +270,7 @@ impl NodeClient {
         let mut cmd = redis::cmd("CLUSTER");
         cmd.arg("FAILOVER");
         let _: String = self.call(&cmd).await?;
-        let started = Instant::now();
-        loop {
-            let promoted = self.replication_info().await.map(|i| i.role);
-            let demoted = primary.replication_info().await.map(|i| i.role);
-            if let (Ok(Role::Primary), Ok(Role::Replica)) = (&promoted, &demoted) {
-                return Ok(());
-            }
-            if started.elapsed() >= deadline {
-                return Err(EngineError::Deadline {
-                    node: self.addr.clone(),
-                    command: describe(&cmd),
-                    waited: started.elapsed(),
-                    last: format!(
-                        "{} is {promoted:?}, old primary {} is {demoted:?}",
-                        self.addr, primary.addr
-                    ),
-                });
-            }
-            sleep(POLL_INTERVAL).await;
-        }
+        self.await_promotion(&cmd, Some(primary), deadline).await
     }
 
     /// Promote this replica of a primary that has stopped for good with
@@ -299,18 +280,41 @@ impl NodeClient {
         let mut cmd = redis::cmd("CLUSTER");
         cmd.arg("FAILOVER").arg("TAKEOVER");
         let _: String = self.call(&cmd).await?;
+        self.await_promotion(&cmd, None, deadline).await
+    }
+
+    /// Polls until this node is primary and `old_primary`, if given, its replica; past
+    /// `deadline` the error says what each side last reported.
+    async fn await_promotion(
+        &self,
+        cmd: &redis::Cmd,
+        old_primary: Option<&NodeClient>,
+        deadline: Duration,
+    ) -> Result<()> {
         let started = Instant::now();
         loop {
-            let role = self.replication_info().await.map(|i| i.role);
-            if let Ok(Role::Primary) = role {
+            let promoted = self.replication_info().await.map(|i| i.role);
+            let demoted = match old_primary {
+                Some(old) => Some(old.replication_info().await.map(|i| i.role)),
+                None => None,
+            };
+            let done = matches!(promoted, Ok(Role::Primary))
+                && demoted
+                    .as_ref()
+                    .is_none_or(|d| matches!(d, Ok(Role::Replica)));
+            if done {
                 return Ok(());
             }
             if started.elapsed() >= deadline {
+                let mut last = format!("{} is {promoted:?}", self.addr);
+                if let (Some(old), Some(demoted)) = (old_primary, &demoted) {
+                    last.push_str(&format!(", old primary {} is {demoted:?}", old.addr));
+                }
                 return Err(EngineError::Deadline {
                     node: self.addr.clone(),
-                    command: describe(&cmd),
+                    command: describe(cmd),
                     waited: started.elapsed(),
-                    last: format!("{} is {role:?}", self.addr),
+                    last,
                 });
             }
             sleep(POLL_INTERVAL).await;

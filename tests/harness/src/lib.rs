@@ -7,7 +7,8 @@
 //! - [`valkey`]: a cluster-aware writer and an outside sampler on real valkey-server processes,
 //!   what the samples show, and the roller the roll tests drive;
 //! - [`eventually`]: waiting for a condition (from testenv, which needs it too);
-//! - [`metric`]: one value from the operator's `/metrics` text.
+//! - [`metric`]: one value from the operator's `/metrics` text;
+//! - [`signal`]: a signal to a local process (a Pod's server, the API server), for faults.
 
 pub mod https;
 pub mod k8s;
@@ -48,4 +49,16 @@ pub fn operator_binary() -> PathBuf {
         binary.display()
     );
     binary
+}
+
+/// Sends `which` (`-KILL`, `-STOP`, `-CONT`) to process `pid` with `kill`; returns when it was
+/// sent, the moment a fault struck.
+pub fn signal(pid: u32, which: &str) -> tokio::time::Instant {
+    let at = tokio::time::Instant::now();
+    let sent = std::process::Command::new("kill")
+        .args([which, &pid.to_string()])
+        .status()
+        .expect("running kill");
+    assert!(sent.success(), "kill {which} {pid}");
+    at
 }

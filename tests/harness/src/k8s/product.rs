@@ -71,6 +71,14 @@ impl Product {
         }
     }
 
+    /// The process id of the valkey-server the test kubelet runs for a Pod.
+    pub fn server_pid(&self, namespace: &str, pod: &str) -> u32 {
+        self.kubelet
+            .pod_process(namespace, pod)
+            .and_then(|p| p.pid)
+            .unwrap_or_else(|| panic!("no running server for Pod {namespace}/{pod}"))
+    }
+
     /// `kubectl ARGS`, which must succeed; stdout and stderr (warnings included).
     pub fn kubectl(&self, args: &[&str]) -> String {
         must(&self.plane, args, None)
