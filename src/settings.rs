@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::admission::Policy;
 use crate::api::ZoneSpread;
+use crate::api::bounds::{Caps, MAX_REPLICAS_PER_SHARD, MAX_SHARDS};
 
 /// The ConfigMap's name.
 pub const CONFIG_MAP: &str = "valkey-operator-config";
@@ -16,6 +17,8 @@ pub struct OperatorSettings {
     pub default_zone_spread: ZoneSpread,
     /// See [`Policy::fleet_roll_ack_threshold`].
     pub fleet_roll_ack_threshold: Option<usize>,
+    /// The largest cluster admission lets a tenant create or grow to.
+    pub caps: Caps,
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -27,7 +30,15 @@ pub enum SettingsError {
     )]
     Threshold(String),
     #[error(
-        "ConfigMap {CONFIG_MAP}: unknown key {0:?}; known keys are defaultZoneSpread and fleetRollAckThreshold"
+        "ConfigMap {CONFIG_MAP}: {key} is {value:?}; use a whole number from 1 to {limit} (the CRD's own limit)"
+    )]
+    Cap {
+        key: &'static str,
+        value: String,
+        limit: i32,
+    },
+    #[error(
+        "ConfigMap {CONFIG_MAP}: unknown key {0:?}; known keys are defaultZoneSpread, fleetRollAckThreshold, maxShards and maxReplicasPerShard"
     )]
     UnknownKey(String),
 }
@@ -53,6 +64,11 @@ impl OperatorSettings {
                             .map_err(|_| SettingsError::Threshold(value.into()))?,
                     )
                 }
+                "maxShards" => settings.caps.max_shards = cap("maxShards", value, 1, MAX_SHARDS)?,
+                "maxReplicasPerShard" => {
+                    settings.caps.max_replicas_per_shard =
+                        cap("maxReplicasPerShard", value, 0, MAX_REPLICAS_PER_SHARD)?
+                }
                 other => return Err(SettingsError::UnknownKey(other.into())),
             }
         }
@@ -62,8 +78,22 @@ impl OperatorSettings {
     pub fn admission_policy(&self) -> Policy {
         Policy {
             fleet_roll_ack_threshold: self.fleet_roll_ack_threshold,
+            caps: self.caps,
         }
     }
+}
+
+/// A cap between `min` and the CRD's hard `limit`.
+fn cap(key: &'static str, value: &str, min: i32, limit: i32) -> Result<i32, SettingsError> {
+    value
+        .parse()
+        .ok()
+        .filter(|n| (min..=limit).contains(n))
+        .ok_or_else(|| SettingsError::Cap {
+            key,
+            value: value.into(),
+            limit,
+        })
 }
 
 #[cfg(test)]
@@ -90,6 +120,32 @@ mod tests {
         .unwrap();
         assert_eq!(parsed.default_zone_spread, ZoneSpread::Required);
         assert_eq!(parsed.admission_policy().fleet_roll_ack_threshold, Some(20));
+        assert_eq!(parsed.caps, Caps::default());
+        let capped = OperatorSettings::from_data(&data(&[
+            ("maxShards", "16"),
+            ("maxReplicasPerShard", "0"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            capped.admission_policy().caps,
+            Caps {
+                max_shards: 16,
+                max_replicas_per_shard: 0
+            }
+        );
+    }
+
+    #[test]
+    fn caps_stay_within_the_crd_limits() {
+        for (key, value) in [
+            ("maxShards", "0"),
+            ("maxShards", "16385"),
+            ("maxShards", "many"),
+            ("maxReplicasPerShard", "16"),
+        ] {
+            let err = OperatorSettings::from_data(&data(&[(key, value)])).unwrap_err();
+            assert!(err.to_string().contains(key), "{err}");
+        }
     }
 
     #[test]

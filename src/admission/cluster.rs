@@ -1,6 +1,7 @@
-//! ValkeyCluster admission: its `configRef` must resolve at or above the Valkey 9 floor; a
-//! `configRef` switch that changes the image warns of the roll; reserved pod annotations and TLS
-//! changes are refused (the CRD's own rules say the same, this gives the reason too).
+//! ValkeyCluster admission: the bounds and name rules of [`crate::api::bounds`] and the
+//! operator's caps; its `configRef` must resolve at or above the Valkey 9 floor; a `configRef`
+//! switch that changes the image warns of the roll; reserved pod annotations and TLS changes
+//! are refused (the CRD's own rules say the same, this gives the reason too).
 
 use std::collections::BTreeSet;
 
@@ -8,14 +9,15 @@ use kube::core::admission::Operation;
 
 use super::impact::{config_ref_image_change, judge_config_ref_switch};
 use super::version::check_floor;
-use super::{Review, Verdict, clip};
+use super::{Policy, Review, Verdict, clip};
 use crate::acl;
+use crate::api::bounds::{cap_problems, cluster_problems};
 use crate::api::{RESERVED_PREFIX, ValkeyCluster, ValkeyClusterSpec};
 use crate::fleet::Fleet;
 use crate::resolve::{self, ResolveError};
 
 /// Every check of a created or updated cluster; the switch warning only once nothing was refused.
-pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet) -> Verdict {
+pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet, policy: &Policy) -> Verdict {
     let mut verdict = Verdict::default();
     if !matches!(review.operation, Operation::Create | Operation::Update) {
         return verdict;
@@ -25,6 +27,17 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet) -> Verdic
         return verdict;
     };
     let spec = &cluster.spec;
+    let old_spec = review.old.map(|old| &old.spec);
+    let bounded = cluster_problems(review.name, spec)
+        .into_iter()
+        .chain(cap_problems(spec, old_spec, &policy.caps));
+    for problem in bounded {
+        verdict.deny(problem.to_string());
+    }
+    if !verdict.allowed() {
+        // A spec past its bounds is not read any further.
+        return verdict;
+    }
     check_pod_annotations(spec, &mut verdict);
     if let Some(old) = review.old
         && old.spec.tls != spec.tls

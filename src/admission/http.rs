@@ -234,7 +234,7 @@ async fn clusters(
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     admit::<ValkeyCluster>(&state, body, |review, state| {
-        super::validate_cluster(review, &state.fleet_read())
+        super::validate_cluster(review, &state.fleet_read(), &state.policy)
     })
 }
 

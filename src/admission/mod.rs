@@ -21,12 +21,16 @@ pub use role::validate_role;
 
 use kube::core::admission::Operation;
 
+use crate::api::bounds::Caps;
+
 /// Operator settings that change what admission allows.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Policy {
     /// Above this many clusters, a change that rolls clusters at once is refused unless the
     /// config carries the acknowledgement annotation. `None`: only warn (the default).
     pub fleet_roll_ack_threshold: Option<usize>,
+    /// The largest cluster a tenant may create or grow to.
+    pub caps: Caps,
 }
 
 /// The object under review, as the validators see it.

@@ -44,23 +44,30 @@ use serde::{Deserialize, Serialize};
         json_path = ".metadata.creationTimestamp"
     )
 )]
+#[kube(validation = Rule::new(
+    "self.metadata.name.size() <= 50 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
+).message("metadata.name must be at most 50 lowercase letters, digits and '-', starting with a letter and ending with a letter or digit, so that every derived Service, Pod and label name is valid"))]
+#[x_kube(validation = Rule::new(
+    "self.shards * (1 + (has(self.replicasPerShard) ? self.replicasPerShard : 1)) <= 2000"
+).message("spec.shards × (1 + spec.replicasPerShard) must be at most 2000 nodes"))]
 #[x_kube(validation = Rule::new(
     "has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)"
 ).message("spec.tls is set at creation only and cannot be added, changed or removed; create a new ValkeyCluster to change TLS"))]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyClusterSpec {
     /// Name of the ValkeyConfig this cluster runs.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 253))]
     pub config_ref: String,
     /// Number of shards (each owns a share of the 16384 slots).
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 16384))]
     pub shards: i32,
     /// Replicas in each shard besides its primary.
     #[serde(default = "default_replicas_per_shard")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 15))]
     pub replicas_per_shard: i32,
     /// Users and their permissions, applied live on every node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub acl: Vec<AclUser>,
     /// TLS for client connections; set at creation only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -73,6 +80,10 @@ pub struct ValkeyClusterSpec {
     #[x_kube(validation = Rule::new(
         "self.all(k, !k.startsWith('valkey.gomomento.com/'))"
     ).message("spec.podAnnotations keys under valkey.gomomento.com/ are reserved for the operator; use another prefix"))]
+    #[x_kube(validation = Rule::new(
+        "self.all(k, k.size() <= 317 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$'))"
+    ).message("spec.podAnnotations keys must be valid annotation keys: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' and '.'"))]
+    #[schemars(extend("maxProperties" = 64))]
     pub pod_annotations: BTreeMap<String, String>,
 }
 
@@ -84,12 +95,14 @@ fn default_replicas_per_shard() -> i32 {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AclUser {
-    #[schemars(length(min = 1), regex(pattern = r"^[A-Za-z0-9._@-]+$"))]
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9._@-]+$"))]
     pub username: String,
     /// SHA-256 hashes of the user's passwords, as 64 lowercase hex digits.
     #[serde(default)]
+    #[schemars(length(max = 8))]
     pub password_hashes: Vec<PasswordHash>,
     #[serde(default)]
+    #[schemars(length(max = 32))]
     pub permissions: Vec<AclPermission>,
 }
 
@@ -103,9 +116,10 @@ pub struct PasswordHash(#[schemars(regex(pattern = r"^[0-9a-f]{64}$"))] pub Stri
 #[serde(rename_all = "camelCase")]
 pub struct AclPermission {
     /// Name of a ValkeyRole.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 253))]
     pub role_ref: String,
     #[serde(default)]
+    #[schemars(length(max = 64))]
     pub keys: Vec<KeyPermission>,
 }
 
@@ -113,7 +127,7 @@ pub struct AclPermission {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KeyPermission {
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 256))]
     pub pattern: String,
     pub access: KeyAccess,
 }
@@ -131,21 +145,33 @@ pub enum KeyAccess {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterTls {
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 253))]
     pub secret_ref: String,
 }
 
 /// Placement of the cluster's pods.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Placement {
     /// Zones the pods must run in (a required node affinity on `topology.kubernetes.io/zone`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 16),
+        inner(
+            length(min = 1, max = 63),
+            regex(pattern = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+        )
+    )]
     pub zones: Vec<String>,
     /// How strictly a shard's nodes are spread over zones; the operator's default when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone_spread: Option<ZoneSpread>,
+    /// Node labels the pods require (keys and values as Kubernetes labels).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 32))]
+    #[x_kube(validation = Rule::new(
+        "self.all(k, k.size() <= 317 && self[k].size() <= 63)"
+    ).message("spec.placement.nodeSelector keys and values must be valid Kubernetes label keys and values (values at most 63 characters)"))]
     pub node_selector: BTreeMap<String, String>,
 }
 

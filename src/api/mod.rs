@@ -4,9 +4,11 @@
 // kube's repeated `printcolumn(type_ = ...)` arguments read as duplicates to clippy.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod bounds;
 mod cluster;
 mod config;
 mod image;
+pub mod names;
 mod node;
 mod role;
 

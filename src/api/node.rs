@@ -41,7 +41,7 @@ pub struct ValkeyNodeSpec {
     #[schemars(length(min = 1))]
     pub cluster: String,
     /// The shard index, from 0.
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 16383))]
     pub shard: i32,
     /// The container image, `repository:tag`.
     #[schemars(length(min = 1))]

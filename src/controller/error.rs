@@ -19,6 +19,15 @@ pub enum Error {
     NoNamespace,
     #[error("this replica's Lease has run out: not acting on what it read")]
     NotLeading,
+    /// An object the cluster would own exists and belongs to someone else; it is left alone.
+    #[error(
+        "{kind} {namespace}/{name} already exists and is not this cluster's; the operator leaves it untouched. Delete or rename it, or give the ValkeyCluster another name"
+    )]
+    NotOurs {
+        kind: String,
+        namespace: String,
+        name: String,
+    },
 }
 
 impl Error {
@@ -40,6 +49,7 @@ impl Error {
             },
             Error::NoNamespace => "invalid",
             Error::NotLeading => "fenced",
+            Error::NotOurs { .. } => "conflict",
         }
     }
 

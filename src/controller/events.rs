@@ -60,6 +60,14 @@ pub enum ClusterEvent {
     Deleted {
         nodes: usize,
     },
+    /// The spec is outside the hard limits; the operator does nothing until it changes.
+    SpecOutOfBounds {
+        problems: String,
+    },
+    /// An object the cluster would own belongs to someone else and is left untouched.
+    NameConflict {
+        problem: String,
+    },
 }
 
 impl ClusterEvent {
@@ -77,6 +85,8 @@ impl ClusterEvent {
             ClusterEvent::FailoversAllowed { .. } => "FailoverRetryAllowed",
             ClusterEvent::AclRoleMissing { .. } => "AclRoleMissing",
             ClusterEvent::Deleted { .. } => "Deleted",
+            ClusterEvent::SpecOutOfBounds { .. } => "SpecOutOfBounds",
+            ClusterEvent::NameConflict { .. } => "NameConflict",
         }
     }
 
@@ -92,6 +102,8 @@ impl ClusterEvent {
             ClusterEvent::RollStalled { .. } | ClusterEvent::FailoversAllowed { .. } => "Plan",
             ClusterEvent::AclRoleMissing { .. } => "ApplyAcl",
             ClusterEvent::Deleted { .. } => "Cleanup",
+            ClusterEvent::SpecOutOfBounds { .. } => "Validate",
+            ClusterEvent::NameConflict { .. } => "Apply",
         }
     }
 
@@ -101,6 +113,8 @@ impl ClusterEvent {
             ClusterEvent::RollStalled { .. }
                 | ClusterEvent::AclRoleMissing { .. }
                 | ClusterEvent::TakeOver { .. }
+                | ClusterEvent::SpecOutOfBounds { .. }
+                | ClusterEvent::NameConflict { .. }
         )
     }
 
@@ -137,6 +151,12 @@ impl ClusterEvent {
                 format!("spec.acl: {problem}; that user is left as it was")
             }
             ClusterEvent::Deleted { nodes } => format!("retired {nodes} nodes"),
+            ClusterEvent::SpecOutOfBounds { problems } => {
+                format!(
+                    "the spec is outside the operator's limits, nothing is done until it changes: {problems}"
+                )
+            }
+            ClusterEvent::NameConflict { problem } => problem.clone(),
         }
     }
 }

@@ -23,23 +23,62 @@ use crate::api::{NodeRole, ValkeyNode, labels};
 use crate::roll::ObservedNode;
 
 /// Server-side applies the cluster's headless Service and PodDisruptionBudget (sized for the
-/// Pods the cluster has now, see [`ClusterRender::disruption_budget`]).
+/// Pods the cluster has now, see [`ClusterRender::disruption_budget`]), each only if no object
+/// of that name exists or the existing one is this cluster's: a force-apply would otherwise
+/// take over a Service someone else owns (and garbage collection would delete it later).
 pub async fn apply_owned_objects(
     client: &kube::Client,
     render: &ClusterRender<'_>,
     host: &KubeHost<'_>,
     namespace: &str,
 ) -> Result<(), Error> {
-    let apply = PatchParams::apply(MANAGER).force();
-    let service = render.headless_service();
-    Api::<Service>::namespaced(client.clone(), namespace)
-        .patch(&service.name_any(), &apply, &Patch::Apply(&service))
-        .await?;
-    let budget = render.disruption_budget(serving_pods(host));
-    Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace)
-        .patch(&budget.name_any(), &apply, &Patch::Apply(&budget))
-        .await?;
+    let owner = render.owner_uid();
+    let services = Api::<Service>::namespaced(client.clone(), namespace);
+    apply_if_ours(&services, render.headless_service(), owner).await?;
+    let budgets = Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace);
+    apply_if_ours(
+        &budgets,
+        render.disruption_budget(serving_pods(host)),
+        owner,
+    )
+    .await?;
     Ok(())
+}
+
+/// Applies `object` unless an object of its name exists that `owner` does not control.
+async fn apply_if_ours<K>(api: &Api<K>, object: K, owner: Option<&str>) -> Result<(), Error>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let name = object.name_any();
+    if let Some(existing) = api.get_opt(&name).await?
+        && !is_controlled_by(&existing, owner)
+    {
+        return Err(Error::NotOurs {
+            kind: K::kind(&()).into_owned(),
+            namespace: existing.namespace().unwrap_or_default(),
+            name,
+        });
+    }
+    let apply = PatchParams::apply(MANAGER).force();
+    api.patch(&name, &apply, &Patch::Apply(&object)).await?;
+    Ok(())
+}
+
+/// Whether `object`'s controller ownerReference is the owner with uid `owner`.
+fn is_controlled_by<K: kube::Resource>(object: &K, owner: Option<&str>) -> bool {
+    object
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|reference| {
+            reference.controller == Some(true) && Some(reference.uid.as_str()) == owner
+        })
 }
 
 /// The cluster's Pods that are not going away: the ones a disruption budget protects.

@@ -33,6 +33,7 @@ use super::render::ClusterRender;
 use super::status::{PassReport, Reason, degraded, progress, set_condition, summarize};
 use super::{act, live, membership};
 use crate::api::annotations::RETRY_FAILOVERS;
+use crate::api::bounds::{Problem, cluster_problems};
 use crate::api::{ValkeyCluster, ValkeyClusterStatus};
 use crate::execute::{self, NodeHost, StepInputs, observe::observe};
 use crate::fleet::ClusterKey;
@@ -64,6 +65,10 @@ pub async fn reconcile(cluster: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result
 async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
     let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
     let stored = read_status(ctx, cluster).await?;
+    let problems = cluster_problems(&cluster.name_any(), &cluster.spec);
+    if !problems.is_empty() {
+        return spec_out_of_bounds(ctx, cluster, &stored, &problems).await;
+    }
     let effective = match dereference(ctx, cluster) {
         Ok(effective) => effective,
         Err(message) => return config_unresolved(ctx, cluster, &stored, message).await,
@@ -86,8 +91,21 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         Ok(observed) => observed,
         Err(error) => {
             // Said in the status too, so `kubectl describe` shows why nothing moves.
+            let reason = match &error {
+                Error::NotOurs { .. } => {
+                    let problem = error.to_string();
+                    publish(
+                        &ctx.recorder,
+                        cluster,
+                        &ClusterEvent::NameConflict { problem },
+                    )
+                    .await;
+                    Reason::NameConflict
+                }
+                _ => Reason::StepFailed,
+            };
             let message = format!("preparing the next step: {error}");
-            write_degraded(ctx, cluster, &stored.status, Reason::StepFailed, message).await?;
+            write_degraded(ctx, cluster, &stored.status, reason, message).await?;
             return Err(error);
         }
     };
@@ -168,6 +186,44 @@ async fn config_unresolved(
     )
     .await?;
     Ok(Action::requeue(ctx.backoff.failed(&cluster_key(cluster))))
+}
+
+/// A spec past the hard limits (admission was bypassed or off): said in the status and an
+/// event, and nothing else is done, whatever the numbers, until the spec changes.
+async fn spec_out_of_bounds(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    stored: &StoredStatus,
+    problems: &[Problem],
+) -> Result<Action, Error> {
+    const SHOWN: usize = 5;
+    let mut said: Vec<String> = problems
+        .iter()
+        .take(SHOWN)
+        .map(ToString::to_string)
+        .collect();
+    if problems.len() > SHOWN {
+        said.push(format!("and {} more", problems.len() - SHOWN));
+    }
+    let problems = said.join("; ");
+    publish(
+        &ctx.recorder,
+        cluster,
+        &ClusterEvent::SpecOutOfBounds {
+            problems: problems.clone(),
+        },
+    )
+    .await;
+    let message = format!("the spec is outside the operator's limits: {problems}");
+    write_degraded(
+        ctx,
+        cluster,
+        &stored.status,
+        Reason::SpecOutOfBounds,
+        message,
+    )
+    .await?;
+    Ok(Action::await_change())
 }
 
 /// Membership, then what every node says.

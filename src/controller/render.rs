@@ -158,6 +158,11 @@ impl ClusterRender<'_> {
         labels
     }
 
+    /// The uid of the cluster, which every object it owns names as its controller.
+    pub fn owner_uid(&self) -> Option<&str> {
+        self.cluster.metadata.uid.as_deref()
+    }
+
     fn owner(&self) -> Option<OwnerReference> {
         self.cluster.controller_owner_ref(&())
     }

@@ -38,6 +38,10 @@ pub enum Reason {
     RollStalled,
     StepFailed,
     ConfigUnresolved,
+    /// The spec is outside the hard limits (it slipped past admission); nothing is done.
+    SpecOutOfBounds,
+    /// An object the cluster would own (its Service or budget) belongs to someone else.
+    NameConflict,
 }
 
 impl ConditionType {
@@ -61,6 +65,8 @@ impl Reason {
             Reason::RollStalled => "RollStalled",
             Reason::StepFailed => "StepFailed",
             Reason::ConfigUnresolved => "ConfigUnresolved",
+            Reason::SpecOutOfBounds => "SpecOutOfBounds",
+            Reason::NameConflict => "NameConflict",
         }
     }
 }

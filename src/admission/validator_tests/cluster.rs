@@ -11,6 +11,7 @@ fn cluster_config_refs_obey_the_floor_and_warn_on_switches() {
     let verdict = validate_cluster(
         &review(Operation::Create, "orders", Some(&legacy), None),
         &fleet,
+        &Policy::default(),
     );
     assert!(joined(&verdict).starts_with("spec.configRef: ValkeyConfig legacy resolves to image valkey-8-1-4 whose version 8.1.4 is below"), "{}", joined(&verdict));
 
@@ -19,6 +20,7 @@ fn cluster_config_refs_obey_the_floor_and_warn_on_switches() {
     let verdict = validate_cluster(
         &review(Operation::Update, "orders", Some(&after), Some(&before)),
         &fleet,
+        &Policy::default(),
     );
     assert!(verdict.allowed());
     assert_eq!(verdict.warnings.len(), 1);
@@ -28,6 +30,7 @@ fn cluster_config_refs_obey_the_floor_and_warn_on_switches() {
     let back = validate_cluster(
         &review(Operation::Update, "orders", Some(&before), Some(&after)),
         &fleet,
+        &Policy::default(),
     );
     assert!(
         back.warnings
@@ -44,6 +47,7 @@ fn cluster_config_refs_obey_the_floor_and_warn_on_switches() {
             Some(&before),
         ),
         &fleet,
+        &Policy::default(),
     );
     assert_eq!(verdict, Verdict::default());
 }
@@ -62,6 +66,7 @@ fn cluster_reserved_annotations_and_tls_changes_are_refused() {
     let verdict = validate_cluster(
         &review(Operation::Update, "orders", Some(&new), Some(&old)),
         &fleet,
+        &Policy::default(),
     );
     assert_eq!(verdict.denials.len(), 2, "{}", joined(&verdict));
     assert!(verdict.denials[0].starts_with("spec.podAnnotations"));
@@ -85,6 +90,7 @@ fn acl_users_leave_default_alone_and_missing_roles_warn() {
     let verdict = validate_cluster(
         &review(Operation::Create, "orders", Some(&new), None),
         &fleet,
+        &Policy::default(),
     );
     assert!(
         verdict.allowed() && verdict.warnings.is_empty(),
@@ -95,6 +101,7 @@ fn acl_users_leave_default_alone_and_missing_roles_warn() {
     let verdict = validate_cluster(
         &review(Operation::Create, "orders", Some(&new), None),
         &fleet,
+        &Policy::default(),
     );
     assert!(verdict.allowed(), "{}", joined(&verdict));
     assert_eq!(
@@ -108,10 +115,95 @@ fn acl_users_leave_default_alone_and_missing_roles_warn() {
     let verdict = validate_cluster(
         &review(Operation::Create, "orders", Some(&new), None),
         &fleet,
+        &Policy::default(),
     );
     assert!(
         joined(&verdict).starts_with("spec.acl[1].username: \"default\" is Valkey's built-in user"),
         "{}",
         joined(&verdict)
     );
+}
+
+#[test]
+fn clusters_past_their_bounds_are_refused_naming_field_and_limit() {
+    let fleet = fleet();
+    let mut huge = cluster("team-a", "orders", "standard");
+    huge.spec.shards = 100_000;
+    huge.spec.replicas_per_shard = 500;
+    let verdict = validate_cluster(
+        &review(Operation::Create, "orders", Some(&huge), None),
+        &fleet,
+        &Policy::default(),
+    );
+    let said = joined(&verdict);
+    assert!(
+        said.contains("spec.shards: is 100000; it must be 1 to 16384"),
+        "{said}"
+    );
+    assert!(
+        said.contains("spec.replicasPerShard: is 500; it must be 0 to 15"),
+        "{said}"
+    );
+
+    let long_name = "a".repeat(60);
+    let named = cluster("team-a", &long_name, "standard");
+    let verdict = validate_cluster(
+        &review(Operation::Create, &long_name, Some(&named), None),
+        &fleet,
+        &Policy::default(),
+    );
+    assert!(joined(&verdict).starts_with("metadata.name: is 60 characters long; at most 50"));
+
+    let mut annotated = cluster("team-a", "orders", "standard");
+    annotated
+        .spec
+        .pod_annotations
+        .insert("bad key!".into(), "x".into());
+    let verdict = validate_cluster(
+        &review(Operation::Create, "orders", Some(&annotated), None),
+        &fleet,
+        &Policy::default(),
+    );
+    assert!(
+        joined(&verdict)
+            .starts_with("spec.podAnnotations[\"bad key!\"]: is not a valid annotation key"),
+        "{}",
+        joined(&verdict)
+    );
+}
+
+#[test]
+fn the_operators_caps_refuse_growth_past_them() {
+    let fleet = fleet();
+    let policy = Policy {
+        caps: crate::api::bounds::Caps {
+            max_shards: 4,
+            max_replicas_per_shard: 1,
+        },
+        ..Policy::default()
+    };
+    let mut wide = cluster("team-a", "orders", "standard");
+    wide.spec.shards = 5;
+    let verdict = validate_cluster(
+        &review(Operation::Create, "orders", Some(&wide), None),
+        &fleet,
+        &policy,
+    );
+    assert!(
+        joined(&verdict).contains("maxShards"),
+        "{}",
+        joined(&verdict)
+    );
+    // A cluster already that wide may still change other things.
+    let mut relabelled = wide.clone();
+    relabelled
+        .spec
+        .pod_annotations
+        .insert("team".into(), "a".into());
+    let verdict = validate_cluster(
+        &review(Operation::Update, "orders", Some(&relabelled), Some(&wide)),
+        &fleet,
+        &policy,
+    );
+    assert!(verdict.allowed(), "{}", joined(&verdict));
 }

@@ -86,6 +86,7 @@ fn missing_references_warn_instead_of_refusing() {
     let verdict = validate_cluster(
         &review(Operation::Create, "new", Some(&waiting), None),
         &fleet,
+        &Policy::default(),
     );
     assert!(verdict.allowed());
     assert!(verdict.warnings[0].contains("the cluster waits until it exists"));
@@ -175,6 +176,7 @@ fn the_fleet_threshold_refuses_without_a_matching_acknowledgement() {
     let fleet = fleet();
     let policy = Policy {
         fleet_roll_ack_threshold: Some(2),
+        ..Policy::default()
     };
     let mut object = config("standard", config_spec(Some("valkey-9-1-2"), None));
     let verdict = validate_config(
@@ -217,6 +219,7 @@ fn the_fleet_threshold_refuses_without_a_matching_acknowledgement() {
 
     let within = Policy {
         fleet_roll_ack_threshold: Some(3),
+        ..Policy::default()
     };
     object.metadata.annotations = None;
     assert!(

@@ -1,0 +1,313 @@
+//! How much a tenant may ask for, checked in three layers with the same numbers: the CRD schema
+//! carries the hard limits below (so the API server refuses the worst before anyone sees it),
+//! admission checks them again with messages that name the field and the limit, plus the
+//! operator's lower [`Caps`], and the controller checks [`cluster_problems`] before it does
+//! anything per shard, so a spec that slipped past both costs nothing.
+//!
+//! The checks, in order: the cluster's name (every derived name must stay valid), the shape
+//! (shards, replicas, nodes), then each list's length and each entry's format.
+
+use std::fmt;
+
+use super::names;
+use super::{AclUser, Placement, ValkeyClusterSpec};
+
+/// Every shard owns at least one of Valkey's 16384 slots.
+pub const MAX_SHARDS: i32 = 16384;
+/// Replicas besides the primary; more only multiplies full syncs.
+pub const MAX_REPLICAS_PER_SHARD: i32 = 15;
+/// Nodes in one cluster: the largest cluster size Valkey 9 is tested at.
+pub const MAX_NODES: i32 = 2000;
+/// A node is named `<cluster>-<shard, up to 5 digits>-<5 hex>` and that name is also a label
+/// value and a hostname (at most 63): 63 − 12 leaves 51; 50 keeps a round margin.
+pub const MAX_CLUSTER_NAME: usize = 50;
+/// Object names referenced from a spec (configs, roles, Secrets).
+pub const MAX_REF: usize = names::MAX_SUBDOMAIN;
+pub const MAX_ACL_USERS: usize = 64;
+pub const MAX_USERNAME: usize = 64;
+pub const MAX_PASSWORD_HASHES: usize = 8;
+pub const MAX_PERMISSIONS: usize = 32;
+pub const MAX_KEY_PATTERNS: usize = 64;
+pub const MAX_KEY_PATTERN: usize = 256;
+pub const MAX_ZONES: usize = 16;
+pub const MAX_NODE_SELECTOR: usize = 32;
+pub const MAX_POD_ANNOTATIONS: usize = 64;
+/// Keys and values together; Kubernetes allows 256 KiB of annotations per object in all.
+pub const MAX_POD_ANNOTATION_BYTES: usize = 64 * 1024;
+
+/// The operator's own, lower limits on new growth (ConfigMap `maxShards`,
+/// `maxReplicasPerShard`); a cluster already above a lowered cap keeps its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caps {
+    pub max_shards: i32,
+    pub max_replicas_per_shard: i32,
+}
+
+impl Default for Caps {
+    fn default() -> Self {
+        Self {
+            max_shards: 128,
+            max_replicas_per_shard: 5,
+        }
+    }
+}
+
+/// One thing wrong with a spec: the field (as a user writes it) and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Collects problems under field paths.
+#[derive(Default)]
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem {
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+
+    fn check(&mut self, field: impl Into<String>, result: Result<(), String>) {
+        if let Err(message) = result {
+            self.add(field, message);
+        }
+    }
+
+    fn at_most(&mut self, field: &str, count: usize, limit: usize, what: &str) -> bool {
+        if count > limit {
+            self.add(
+                field,
+                format!("has {count} {what}; at most {limit} are allowed"),
+            );
+            return false;
+        }
+        true
+    }
+
+    fn length(&mut self, field: impl Into<String>, value: &str, limit: usize) {
+        if value.len() > limit {
+            self.add(
+                field,
+                format!(
+                    "is {} characters long; at most {limit} are allowed",
+                    value.len()
+                ),
+            );
+        }
+    }
+}
+
+/// Everything the hard limits and Kubernetes' name rules refuse in a cluster named `name`.
+pub fn cluster_problems(name: &str, spec: &ValkeyClusterSpec) -> Vec<Problem> {
+    let mut problems = Problems::default();
+    check_name(name, &mut problems);
+    check_shape(spec, &mut problems);
+    check_refs(spec, &mut problems);
+    check_acl(&spec.acl, &mut problems);
+    if let Some(placement) = &spec.placement {
+        check_placement(placement, &mut problems);
+    }
+    check_pod_annotations(spec, &mut problems);
+    problems.0
+}
+
+/// What the operator's [`Caps`] refuse: growth past a cap (a create, or an update that raises
+/// the number); an unchanged or shrinking cluster above a lowered cap is left alone.
+pub fn cap_problems(
+    spec: &ValkeyClusterSpec,
+    old: Option<&ValkeyClusterSpec>,
+    caps: &Caps,
+) -> Vec<Problem> {
+    let mut problems = Problems::default();
+    let grows = |new: i32, old: Option<i32>| old.is_none_or(|old| new > old);
+    if spec.shards > caps.max_shards && grows(spec.shards, old.map(|o| o.shards)) {
+        problems.add(
+            "spec.shards",
+            format!(
+                "{} is above this operator's cap of {} shards (ConfigMap valkey-operator-config, maxShards)",
+                spec.shards, caps.max_shards
+            ),
+        );
+    }
+    let replicas = spec.replicas_per_shard;
+    if replicas > caps.max_replicas_per_shard && grows(replicas, old.map(|o| o.replicas_per_shard))
+    {
+        problems.add(
+            "spec.replicasPerShard",
+            format!(
+                "{replicas} is above this operator's cap of {} replicas per shard (ConfigMap valkey-operator-config, maxReplicasPerShard)",
+                caps.max_replicas_per_shard
+            ),
+        );
+    }
+    problems.0
+}
+
+fn check_name(name: &str, problems: &mut Problems) {
+    if name.len() > MAX_CLUSTER_NAME {
+        problems.add(
+            "metadata.name",
+            format!(
+                "is {} characters long; at most {MAX_CLUSTER_NAME} are allowed, so that every node's name (<cluster>-<shard>-<5 characters>) fits a 63-character label",
+                name.len()
+            ),
+        );
+    }
+    problems.check(
+        "metadata.name",
+        names::dns1035_label(name)
+            .map_err(|problem| format!("{problem} (it is also the name of the cluster's Service)")),
+    );
+}
+
+fn check_shape(spec: &ValkeyClusterSpec, problems: &mut Problems) {
+    if !(1..=MAX_SHARDS).contains(&spec.shards) {
+        problems.add(
+            "spec.shards",
+            format!(
+                "is {}; it must be 1 to {MAX_SHARDS} (each shard owns at least one of the 16384 slots)",
+                spec.shards
+            ),
+        );
+    }
+    let replicas = spec.replicas_per_shard;
+    if !(0..=MAX_REPLICAS_PER_SHARD).contains(&replicas) {
+        problems.add(
+            "spec.replicasPerShard",
+            format!("is {replicas}; it must be 0 to {MAX_REPLICAS_PER_SHARD}"),
+        );
+    }
+    let nodes = i64::from(spec.shards) * (1 + i64::from(replicas));
+    if nodes > i64::from(MAX_NODES) {
+        problems.add(
+            "spec.shards",
+            format!(
+                "{} shards of {} nodes each make {nodes} nodes; a cluster has at most {MAX_NODES}",
+                spec.shards,
+                1 + i64::from(replicas)
+            ),
+        );
+    }
+}
+
+fn check_refs(spec: &ValkeyClusterSpec, problems: &mut Problems) {
+    problems.check("spec.configRef", names::dns1123_subdomain(&spec.config_ref));
+    if let Some(tls) = &spec.tls {
+        problems.check(
+            "spec.tls.secretRef",
+            names::dns1123_subdomain(&tls.secret_ref),
+        );
+    }
+}
+
+fn check_acl(users: &[AclUser], problems: &mut Problems) {
+    if !problems.at_most("spec.acl", users.len(), MAX_ACL_USERS, "users") {
+        return;
+    }
+    for (index, user) in users.iter().enumerate() {
+        let at = format!("spec.acl[{index}]");
+        problems.length(format!("{at}.username"), &user.username, MAX_USERNAME);
+        problems.at_most(
+            &format!("{at}.passwordHashes"),
+            user.password_hashes.len(),
+            MAX_PASSWORD_HASHES,
+            "hashes",
+        );
+        if !problems.at_most(
+            &format!("{at}.permissions"),
+            user.permissions.len(),
+            MAX_PERMISSIONS,
+            "permissions",
+        ) {
+            continue;
+        }
+        for (granted, permission) in user.permissions.iter().enumerate() {
+            let at = format!("{at}.permissions[{granted}]");
+            problems.check(
+                format!("{at}.roleRef"),
+                names::dns1123_subdomain(&permission.role_ref),
+            );
+            if !problems.at_most(
+                &format!("{at}.keys"),
+                permission.keys.len(),
+                MAX_KEY_PATTERNS,
+                "key patterns",
+            ) {
+                continue;
+            }
+            for (k, key) in permission.keys.iter().enumerate() {
+                problems.length(
+                    format!("{at}.keys[{k}].pattern"),
+                    &key.pattern,
+                    MAX_KEY_PATTERN,
+                );
+            }
+        }
+    }
+}
+
+fn check_placement(placement: &Placement, problems: &mut Problems) {
+    let zones = &placement.zones;
+    if problems.at_most("spec.placement.zones", zones.len(), MAX_ZONES, "zones") {
+        for (index, zone) in zones.iter().enumerate() {
+            // A zone is a value of the `topology.kubernetes.io/zone` node label.
+            let result = if zone.is_empty() {
+                Err("must not be empty".to_string())
+            } else {
+                names::label_value(zone)
+            };
+            problems.check(format!("spec.placement.zones[{index}]"), result);
+        }
+    }
+    let selector = &placement.node_selector;
+    let field = "spec.placement.nodeSelector";
+    if problems.at_most(field, selector.len(), MAX_NODE_SELECTOR, "entries") {
+        for (key, value) in selector {
+            problems.check(
+                format!("{field}[{key:?}]"),
+                names::qualified_name(key).map_err(|p| format!("the key {p}")),
+            );
+            problems.check(
+                format!("{field}[{key:?}]"),
+                names::label_value(value).map_err(|p| format!("the value {p}")),
+            );
+        }
+    }
+}
+
+fn check_pod_annotations(spec: &ValkeyClusterSpec, problems: &mut Problems) {
+    let annotations = &spec.pod_annotations;
+    let field = "spec.podAnnotations";
+    if !problems.at_most(field, annotations.len(), MAX_POD_ANNOTATIONS, "entries") {
+        return;
+    }
+    for key in annotations.keys() {
+        problems.check(
+            format!("{field}[{key:?}]"),
+            names::qualified_name(key).map_err(|p| format!("is not a valid annotation key: {p}")),
+        );
+    }
+    let bytes: usize = annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if bytes > MAX_POD_ANNOTATION_BYTES {
+        problems.add(
+            field,
+            format!(
+                "holds {bytes} bytes of keys and values; at most {MAX_POD_ANNOTATION_BYTES} are allowed"
+            ),
+        );
+    }
+}
+
+#[cfg(test)]
+#[path = "bounds_tests.rs"]
+mod tests;
