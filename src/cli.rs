@@ -21,6 +21,7 @@ use crate::controller::{
 use crate::execute::Timeouts;
 use crate::fleet::{ClusterKey, Fleet};
 use crate::metrics::Metrics;
+use crate::server::limits::ServerLimits;
 use crate::server::{self, AppState, ListenOptions};
 use crate::settings::{CONFIG_MAP, OperatorSettings};
 use crate::supervise::{Health, Supervisor};
@@ -147,6 +148,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                         key: tls_key,
                     },
                     reload_interval: Duration::from_secs(cert_reload_seconds.max(1)),
+                    limits: ServerLimits::default(),
                 },
                 &namespace,
                 identity.unwrap_or_else(default_identity),
@@ -197,6 +199,7 @@ async fn serve(
         readiness: Arc::new(Readiness::default()),
         metrics: Arc::new(Metrics::new()?),
         policy: Arc::new(settings.admission_policy()),
+        limits: ServerLimits::default(),
     };
     let health = Arc::new(Health::default());
     let mut tasks = Supervisor::new(health.clone(), STOP_GRACE);
@@ -276,7 +279,7 @@ fn spawn_server(
         client,
         metrics: metrics.clone(),
     });
-    let app = server::router_with_health(state, health).merge(evictions);
+    let app = server::router_with_health(state, health, evictions);
     let stopping = tasks.stopping();
     tasks.spawn("https-server", async move {
         server::serve_https(listener, app, options, metrics, stopping)

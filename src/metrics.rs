@@ -15,6 +15,7 @@ pub struct Metrics {
     webhook_requests: IntCounterVec,
     webhook_duration: HistogramVec,
     certificate_reloads: IntCounterVec,
+    server_refusals: IntCounterVec,
     cluster_shards: IntGaugeVec,
     cluster_shards_up_to_date: IntGaugeVec,
     cluster_outdated_nodes: IntGaugeVec,
@@ -103,6 +104,12 @@ impl Metrics {
                 "Serving certificate reloads after the files changed, by result (ok, failed).",
                 &["result"],
             )?,
+            server_refusals: add.counter(
+                "server_refusals_total",
+                "Requests and connections the HTTPS server refused to protect itself, by reason \
+                 (busy, connections, body_timeout, body_too_large, request_timeout).",
+                &["reason"],
+            )?,
             cluster_shards: add.gauge("cluster_shards", "Shards a ValkeyCluster asks for.")?,
             cluster_shards_up_to_date: add.gauge(
                 "cluster_shards_up_to_date",
@@ -163,6 +170,11 @@ impl Metrics {
         self.webhook_duration
             .with_label_values(&[kind])
             .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// The server refused a request or connection; `reason` is one of a fixed few.
+    pub fn server_refused(&self, reason: &'static str) {
+        self.server_refusals.with_label_values(&[reason]).inc();
     }
 
     pub fn certificate_reloaded(&self, ok: bool) {

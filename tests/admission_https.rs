@@ -228,7 +228,14 @@ async fn malformed_requests_get_clean_answers() {
         ];
         metric(&metrics, "valkey_operator_webhook_requests_total", &labels)
     };
-    assert_eq!(requests("unknown", "invalid"), Some(4.0), "{metrics}");
+    assert_eq!(requests("unknown", "invalid"), Some(3.0), "{metrics}");
+    // The oversized body never reached the webhook: the server's gate refused it.
+    let refused = metric(
+        &metrics,
+        "valkey_operator_server_refusals_total",
+        &[("reason", "body_too_large")],
+    );
+    assert_eq!(refused, Some(1.0), "{metrics}");
     assert_eq!(requests("CREATE", "denied"), Some(3.0), "{metrics}");
     server.stop().await;
 }

@@ -14,6 +14,7 @@ use valkey_operator::admission::Policy;
 use valkey_operator::caches::Readiness;
 use valkey_operator::fleet::Fleet;
 use valkey_operator::metrics::Metrics;
+use valkey_operator::server::limits::ServerLimits;
 use valkey_operator::server::{self, AppState, ListenOptions};
 use valkey_operator::tls::{self, CertificatePaths};
 
@@ -51,12 +52,42 @@ impl TestServer {
         Self::start_with(dir, fleet, policy, reload_interval, Readiness::synced()).await
     }
 
+    /// A synced server with other limits than the product's defaults.
+    pub async fn start_limited(
+        dir: &Path,
+        fleet: Fleet,
+        policy: Policy,
+        limits: ServerLimits,
+    ) -> Self {
+        Self::start_server(
+            dir,
+            fleet,
+            policy,
+            Duration::from_secs(60),
+            Readiness::synced(),
+            limits,
+        )
+        .await
+    }
+
     pub async fn start_with(
         dir: &Path,
         fleet: Fleet,
         policy: Policy,
         reload_interval: Duration,
         readiness: Readiness,
+    ) -> Self {
+        let limits = ServerLimits::default();
+        Self::start_server(dir, fleet, policy, reload_interval, readiness, limits).await
+    }
+
+    async fn start_server(
+        dir: &Path,
+        fleet: Fleet,
+        policy: Policy,
+        reload_interval: Duration,
+        readiness: Readiness,
+        limits: ServerLimits,
     ) -> Self {
         tls::install_crypto_provider();
         write_certificates(dir);
@@ -66,6 +97,7 @@ impl TestServer {
             readiness: Arc::new(readiness),
             metrics: metrics.clone(),
             policy: Arc::new(policy),
+            limits: limits.clone(),
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -76,6 +108,7 @@ impl TestServer {
                 key: dir.join("tls.key"),
             },
             reload_interval,
+            limits,
         };
         let task = tokio::spawn(server::serve_https(
             listener,

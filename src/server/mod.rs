@@ -1,5 +1,8 @@
 //! The one HTTPS listener: the admission router mounted beside `/metrics`, `/healthz` and
-//! `/readyz`, served by axum over rustls with certificate reload, until the shutdown signal.
+//! `/readyz`, served by axum over rustls with certificate reload, until the shutdown signal,
+//! within the [`limits`] that keep one client from starving the others.
+
+pub mod limits;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -11,7 +14,9 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum_server::Handle;
-use axum_server::tls_rustls::RustlsConfig;
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+use hyper_util::rt::TokioTimer;
+use limits::{ConnectionCap, Gate, ServerLimits};
 
 use crate::admission::Policy;
 use crate::admission::http::{self as admission_http, AdmissionState};
@@ -29,6 +34,8 @@ pub struct AppState {
     pub readiness: Arc<Readiness>,
     pub metrics: Arc<Metrics>,
     pub policy: Arc<Policy>,
+    /// The limits of the guarded routes (see [`limits`]).
+    pub limits: ServerLimits,
 }
 
 impl AppState {
@@ -45,12 +52,17 @@ impl AppState {
 /// The admission routes (`/validate/...`) beside `/metrics`, `/healthz` and `/readyz`, for a
 /// server with nothing else to watch over: `/healthz` always answers ok.
 pub fn router(state: AppState) -> Router {
-    router_with_health(state, Arc::new(Health::default()))
+    router_with_health(state, Arc::new(Health::default()), Router::new())
 }
 
-/// [`router`], with `/healthz` answering 503 once `health` records a dead task.
-pub fn router_with_health(state: AppState, health: Arc<Health>) -> Router {
-    let admission = admission_http::router(state.admission());
+/// [`router`], with `/healthz` answering 503 once `health` records a dead task, and `guarded`
+/// routes (the eviction webhook) behind the same request gate as admission. Health, readiness
+/// and metrics stay outside the gate: a flood must not make the kubelet restart the operator.
+pub fn router_with_health(state: AppState, health: Arc<Health>, guarded: Router) -> Router {
+    let gate = Gate::new(state.limits.clone(), state.metrics.clone());
+    let admission = admission_http::router(state.admission())
+        .merge(guarded)
+        .layer(axum::middleware::from_fn_with_state(gate, limits::gate));
     let health = Router::new()
         .route("/healthz", get(healthz))
         .with_state(health);
@@ -99,6 +111,8 @@ pub struct ListenOptions {
     pub certificate: CertificatePaths,
     /// How often the certificate files are checked for a change.
     pub reload_interval: Duration,
+    /// Connection, handshake, header and HTTP/2 limits (see [`limits`]).
+    pub limits: ServerLimits,
 }
 
 /// Serves `app` over HTTPS on `listener` until `shutdown` completes, then drains connections.
@@ -117,7 +131,7 @@ pub async fn serve_https(
         loaded,
         served.clone(),
         options.reload_interval,
-        metrics,
+        metrics.clone(),
     ));
     listener.set_nonblocking(true)?;
     let handle: Handle<SocketAddr> = Handle::new();
@@ -126,12 +140,27 @@ pub async fn serve_https(
         shutdown.await;
         stopper.graceful_shutdown(Some(Duration::from_secs(10)));
     });
-    let mut server = axum_server::from_tcp_rustls(listener, served)?.handle(handle);
+    let limits = &options.limits;
+    let acceptor = RustlsAcceptor::new(served)
+        .handshake_timeout(limits.header_timeout)
+        .acceptor(ConnectionCap::new(limits.max_connections, metrics.clone()));
+    let mut server = axum_server::from_tcp(listener)?
+        .acceptor(acceptor)
+        .first_request_timeout(limits.header_timeout)
+        .handle(handle);
     server
         .http_builder()
         .http1()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(10));
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    server
+        .http_builder()
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.h2_max_streams)
+        .max_header_list_size(limits.h2_max_header_bytes)
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(10));
     let result = server.serve(app.into_make_service()).await;
     reloader.abort();
     Ok(result?)
