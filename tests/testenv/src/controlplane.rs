@@ -15,8 +15,9 @@ use crate::{Error, k8s_bin_dir};
 /// Controllers run by kube-controller-manager: ownerReference garbage collection, namespace
 /// deletion, the `default` ServiceAccount every namespace needs before Pods can be created, and
 /// the disruption controller, without which no PodDisruptionBudget has a status and every
-/// Eviction is refused (a real cluster runs it; drains depend on it).
-const CONTROLLERS: &str = "garbage-collector-controller,namespace-controller,serviceaccount-controller,disruption-controller";
+/// Eviction is refused (a real cluster runs it; drains depend on it), and the resource quota
+/// controller, without which a ResourceQuota never counts what a namespace uses.
+const CONTROLLERS: &str = "garbage-collector-controller,namespace-controller,serviceaccount-controller,disruption-controller,resourcequota-controller";
 
 /// How to launch the control plane.
 #[derive(Debug, Clone)]
