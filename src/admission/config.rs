@@ -8,6 +8,7 @@ use kube::core::admission::Operation;
 use super::impact::{config_image_change, judge_config_change};
 use super::version::check_floor;
 use super::{Policy, Review, Verdict, clip, plural, some_of};
+use crate::api::bounds::config_problems;
 use crate::api::{ValkeyConfig, ValkeyConfigSpec, annotations};
 use crate::fleet::Fleet;
 use crate::resolve::{self, ResolveError, WithConfig};
@@ -43,6 +44,11 @@ fn validate_spec(
     verdict: &mut Verdict,
 ) {
     let name = review.name;
+    let problems = config_problems(&config.spec);
+    if !problems.is_empty() {
+        problems.iter().for_each(|p| verdict.deny(p.to_string()));
+        return;
+    }
     check_setting_names(&config.spec, verdict);
     if !check_chains(name, &config.spec, fleet, verdict) {
         return;

@@ -6,6 +6,7 @@ use kube::core::admission::Operation;
 use super::version::check_floor;
 use super::{Review, Verdict, plural, some_of};
 use crate::api::ValkeyImage;
+use crate::api::bounds::image_problems;
 use crate::fleet::Fleet;
 
 pub fn validate_image(review: &Review<ValkeyImage>, fleet: &Fleet) -> Verdict {
@@ -24,6 +25,9 @@ pub fn validate_image(review: &Review<ValkeyImage>, fleet: &Fleet) -> Verdict {
                 verdict.deny("the request carries no ValkeyImage object");
                 return verdict;
             };
+            for problem in image_problems(&image.spec) {
+                verdict.deny(problem.to_string());
+            }
             if let Err(problem) = check_floor(&image.spec.version) {
                 verdict.deny(format!("spec.version {problem}"));
             }

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use kube::core::admission::Operation;
 
 use super::{Review, Verdict};
+use crate::api::bounds::role_problems;
 use crate::api::{Permission, ValkeyRole};
 
 pub fn validate_role(review: &Review<ValkeyRole>) -> Verdict {
@@ -16,6 +17,11 @@ pub fn validate_role(review: &Review<ValkeyRole>) -> Verdict {
         verdict.deny("the request carries no ValkeyRole object");
         return verdict;
     };
+    let problems = role_problems(&role.spec);
+    if !problems.is_empty() {
+        problems.iter().for_each(|p| verdict.deny(p.to_string()));
+        return verdict;
+    }
     check_list("spec.categories", &role.spec.categories, '@', &mut verdict);
     check_list("spec.commands", &role.spec.commands, '+', &mut verdict);
     verdict

@@ -10,7 +10,9 @@
 use std::fmt;
 
 use super::names;
-use super::{AclUser, Placement, ValkeyClusterSpec};
+use super::{
+    AclUser, Placement, ValkeyClusterSpec, ValkeyConfigSpec, ValkeyImageSpec, ValkeyRoleSpec,
+};
 
 /// Every shard owns at least one of Valkey's 16384 slots.
 pub const MAX_SHARDS: i32 = 16384;
@@ -34,6 +36,17 @@ pub const MAX_NODE_SELECTOR: usize = 32;
 pub const MAX_POD_ANNOTATIONS: usize = 64;
 /// Keys and values together; Kubernetes allows 256 KiB of annotations per object in all.
 pub const MAX_POD_ANNOTATION_BYTES: usize = 64 * 1024;
+
+/// Valkey settings in one config, and the length of one value.
+pub const MAX_SETTINGS: usize = 256;
+pub const MAX_SETTING_VALUE: usize = 4096;
+/// Categories or commands in one role, and the length of one name.
+pub const MAX_ROLE_ENTRIES: usize = 256;
+pub const MAX_ROLE_NAME: usize = 64;
+/// An image's repository (Docker's limit), tag (Docker's limit) and version.
+pub const MAX_REPOSITORY: usize = 255;
+pub const MAX_TAG: usize = 128;
+pub const MAX_VERSION: usize = 64;
 
 /// The operator's own, lower limits on new growth (ConfigMap `maxShards`,
 /// `maxReplicasPerShard`); a cluster already above a lowered cap keeps its size.
@@ -118,6 +131,51 @@ pub fn cluster_problems(name: &str, spec: &ValkeyClusterSpec) -> Vec<Problem> {
         check_placement(placement, &mut problems);
     }
     check_pod_annotations(spec, &mut problems);
+    problems.0
+}
+
+/// What the limits refuse in a ValkeyConfig: too many settings, or a value too long.
+pub fn config_problems(spec: &ValkeyConfigSpec) -> Vec<Problem> {
+    let mut problems = Problems::default();
+    for (field, reference) in [
+        ("spec.imageRef", &spec.image_ref),
+        ("spec.baseRef", &spec.base_ref),
+    ] {
+        if let Some(reference) = reference {
+            problems.check(field, names::dns1123_subdomain(reference));
+        }
+    }
+    if problems.at_most("spec.valkey", spec.valkey.len(), MAX_SETTINGS, "settings") {
+        for (name, value) in &spec.valkey {
+            problems.length(format!("spec.valkey[{name:?}]"), name, MAX_ROLE_NAME);
+            problems.length(format!("spec.valkey[{name:?}]"), value, MAX_SETTING_VALUE);
+        }
+    }
+    problems.0
+}
+
+/// What the limits refuse in a ValkeyRole: too many entries, or a name too long.
+pub fn role_problems(spec: &ValkeyRoleSpec) -> Vec<Problem> {
+    let mut problems = Problems::default();
+    for (field, entries) in [
+        ("spec.categories", &spec.categories),
+        ("spec.commands", &spec.commands),
+    ] {
+        if problems.at_most(field, entries.len(), MAX_ROLE_ENTRIES, "entries") {
+            for (index, entry) in entries.iter().enumerate() {
+                problems.length(format!("{field}[{index}].name"), &entry.name, MAX_ROLE_NAME);
+            }
+        }
+    }
+    problems.0
+}
+
+/// What the limits refuse in a ValkeyImage: a field too long.
+pub fn image_problems(spec: &ValkeyImageSpec) -> Vec<Problem> {
+    let mut problems = Problems::default();
+    problems.length("spec.repository", &spec.repository, MAX_REPOSITORY);
+    problems.length("spec.tag", &spec.tag, MAX_TAG);
+    problems.length("spec.version", &spec.version, MAX_VERSION);
     problems.0
 }
 

@@ -165,3 +165,44 @@ fn pod_annotation_keys_are_qualified_names_and_bounded_in_size() {
     );
     assert!(problems[0].message.contains("not a valid annotation key"));
 }
+
+#[test]
+fn configs_roles_and_images_are_bounded_too() {
+    use crate::api::{Access, Permission};
+    let mut config = ValkeyConfigSpec {
+        image_ref: Some("Valkey 9".into()),
+        ..Default::default()
+    };
+    config.valkey = (0..=MAX_SETTINGS)
+        .map(|i| (format!("s{i}"), "1".into()))
+        .collect();
+    assert_eq!(
+        fields(&config_problems(&config)),
+        ["spec.imageRef", "spec.valkey"]
+    );
+    config.valkey = BTreeMap::from([("maxmemory".into(), "1".repeat(MAX_SETTING_VALUE + 1))]);
+    assert_eq!(
+        fields(&config_problems(&config))[1],
+        "spec.valkey[\"maxmemory\"]"
+    );
+
+    let entry = |name: &str| Permission {
+        name: name.into(),
+        access: Access::Allow,
+    };
+    let role = ValkeyRoleSpec {
+        categories: vec![entry("read"), entry(&"x".repeat(MAX_ROLE_NAME + 1))],
+        commands: (0..=MAX_ROLE_ENTRIES).map(|_| entry("get")).collect(),
+    };
+    assert_eq!(
+        fields(&role_problems(&role)),
+        ["spec.categories[1].name", "spec.commands"]
+    );
+
+    let image = ValkeyImageSpec {
+        repository: "valkey/valkey".into(),
+        tag: "t".repeat(MAX_TAG + 1),
+        version: "9.0.0".into(),
+    };
+    assert_eq!(fields(&image_problems(&image)), ["spec.tag"]);
+}

@@ -30,17 +30,18 @@ use serde::{Deserialize, Serialize};
 pub struct ValkeyConfigSpec {
     /// Name of the ValkeyImage to run. Optional when a base config names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 253))]
     pub image_ref: Option<String>,
     /// Name of another ValkeyConfig to inherit from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 253))]
     pub base_ref: Option<String>,
     /// CPU and memory of each Valkey node (requests and limits).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<NodeResources>,
     /// Valkey settings, e.g. `maxmemory: "1500mb"`. Settings the operator owns are refused.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 256))]
     pub valkey: BTreeMap<String, String>,
 }
 

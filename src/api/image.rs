@@ -26,13 +26,13 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyImageSpec {
     /// Container image repository, e.g. `valkey/valkey`.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 255))]
     pub repository: String,
     /// Container image tag, e.g. `"9.0.1"`.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 128))]
     pub tag: String,
     /// The engine version this image runs, `MAJOR.MINOR.PATCH`; at least 9.0.0.
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 64))]
     pub version: String,
 }
 

@@ -25,9 +25,11 @@ use serde::{Deserialize, Serialize};
 pub struct ValkeyRoleSpec {
     /// Command categories, e.g. `{name: read, access: allow}` for `+@read`.
     #[serde(default)]
+    #[schemars(length(max = 256))]
     pub categories: Vec<Permission>,
     /// Single commands, e.g. `{name: flushall, access: deny}` for `-flushall`.
     #[serde(default)]
+    #[schemars(length(max = 256))]
     pub commands: Vec<Permission>,
 }
 
@@ -35,7 +37,7 @@ pub struct ValkeyRoleSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Permission {
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = 64))]
     pub name: String,
     pub access: Access,
 }
