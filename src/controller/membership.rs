@@ -185,3 +185,38 @@ pub async fn sync_roles(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use super::*;
+
+    fn service_owned_by(uid: &str, controller: Option<bool>) -> Service {
+        let mut service = Service::default();
+        service.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "valkey.gomomento.com/v1alpha1".into(),
+            kind: "ValkeyCluster".into(),
+            name: "orders".into(),
+            uid: uid.into(),
+            controller,
+            block_owner_deletion: None,
+        }]);
+        service
+    }
+
+    #[test]
+    fn only_the_clusters_own_objects_are_applied_over() {
+        let ours = service_owned_by("uid-1", Some(true));
+        assert!(is_controlled_by(&ours, Some("uid-1")));
+        // Another cluster of the same name (deleted and created again), a mere owner, or no
+        // owner at all: someone else's.
+        assert!(!is_controlled_by(&ours, Some("uid-2")));
+        assert!(!is_controlled_by(
+            &service_owned_by("uid-1", None),
+            Some("uid-1")
+        ));
+        assert!(!is_controlled_by(&Service::default(), Some("uid-1")));
+        assert!(!is_controlled_by(&ours, None));
+    }
+}
