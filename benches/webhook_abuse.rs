@@ -17,6 +17,10 @@
 //! at peak and after. Targets: well-behaved p99 under 2 ms, and memory within the server's
 //! bound of `max_in_flight × max_body_bytes` over the baseline.
 //!
+//! The well-behaved clients and the new-connection probe connect from 127.0.0.2, as the API
+//! server is another host than the abusers (127.0.0.1); the server's per-peer limits rely on
+//! that.
+//!
 //! Reading the memory figures: the clients run in the same process as the server (loopback,
 //! one runtime), so RSS includes their buffers too (the shared 6 MiB body, TLS and reqwest
 //! buffers of a few hundred connections). What the limits promise is the server's bound; a
@@ -38,7 +42,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use harness::https::{TestServer, admission_review, client_trusting, object, rustls_client_config};
+use harness::https::{
+    TestServer, admission_review, client_trusting, client_trusting_from, object,
+    rustls_client_config,
+};
 use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -55,6 +62,10 @@ use valkey_operator::server::limits::ServerLimits;
 
 /// How long the abuse lasts while the well-behaved clients are measured.
 const WINDOW: Duration = Duration::from_secs(15);
+/// The well-behaved clients connect from here, the abusers from 127.0.0.1: the API server is
+/// another host than an abuser, and the server's per-peer limits tell hosts apart.
+const API_SERVER_ADDRESS: std::net::IpAddr =
+    std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
 const WELL_BEHAVED_CLIENTS: usize = 2;
 /// How often a valid review is sent on a new connection, as the API server does now and then:
 /// the connection cap does not tell it from the flood.
@@ -194,7 +205,7 @@ async fn well_behaved_client(
     base_url: String,
     start: Arc<Barrier>,
 ) -> WellBehavedReport {
-    let client = client_trusting(&ca);
+    let client = client_trusting_from(&ca, API_SERVER_ADDRESS);
     let requests = well_behaved_requests();
     let mut report = WellBehavedReport::default();
     let mut sent = 0usize;
@@ -496,7 +507,7 @@ async fn fresh_connection_probe(ca: PathBuf, base_url: String, deadline: Instant
     let (path, body) = well_behaved_requests().swap_remove(0);
     while Instant::now() < deadline {
         // A new client has an empty pool: a new connection and TLS handshake.
-        let client = client_trusting(&ca);
+        let client = client_trusting_from(&ca, API_SERVER_ADDRESS);
         let request = client
             .post(format!("{base_url}{path}"))
             .header("content-type", "application/json")

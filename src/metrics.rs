@@ -107,7 +107,7 @@ impl Metrics {
             server_refusals: add.counter(
                 "server_refusals_total",
                 "Requests and connections the HTTPS server refused to protect itself, by reason \
-                 (busy, connections, body_timeout, body_too_large, request_timeout).",
+                 (busy, connections, handshake_timeout, body_timeout, body_too_large, request_timeout).",
                 &["reason"],
             )?,
             cluster_shards: add.gauge("cluster_shards", "Shards a ValkeyCluster asks for.")?,

@@ -106,6 +106,13 @@ pub(super) fn parse_review(
             review.types.kind
         )));
     }
+    // The webhooks are registered for v1 only; another version is not what they answer.
+    if review.types.api_version != "admission.k8s.io/v1" {
+        return Err(bad(format!(
+            "the AdmissionReview is {:?}; this webhook speaks admission.k8s.io/v1",
+            review.types.api_version
+        )));
+    }
     review
         .try_into()
         .map_err(|_| bad("the AdmissionReview carries no request".to_string()))

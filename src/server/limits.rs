@@ -3,31 +3,38 @@
 //! and leave room for the API server's own calls.
 //!
 //! In the order a connection meets them:
-//! 1. **connections**: at most [`ServerLimits::max_connections`] open at once; the next one is
-//!    closed at accept, before its TLS handshake costs anything ([`ConnectionCap`]);
-//! 2. **handshake and headers**: a TLS handshake, the first request and each request's headers
-//!    must arrive within [`ServerLimits::header_timeout`]; HTTP/2 allows a few streams per
-//!    connection and bounded headers (set in `serve_https`);
+//! 1. **connections**: at most [`ServerLimits::max_connections`] open at once, and at most
+//!    [`ServerLimits::max_connections_per_peer`] from one IP address, so that one flooding host
+//!    cannot shut out the API server; the next one is closed at accept, before its TLS handshake
+//!    costs anything ([`ConnectionCap`]);
+//! 2. **handshake and headers**: a TLS handshake within [`ServerLimits::handshake_timeout`], the
+//!    first request and each request's headers within [`ServerLimits::header_timeout`]; HTTP/2
+//!    allows a few streams per connection and bounded headers (set in `serve_https`);
 //! 3. **requests in flight** on the guarded routes (admission, evictions): at most
-//!    [`ServerLimits::max_in_flight`]; beyond it, `429` at once with `Retry-After` ([`gate`]);
+//!    [`ServerLimits::max_in_flight`], and [`ServerLimits::max_in_flight_per_peer`] from one IP
+//!    address (a slow sender holds its permit while its body arrives); beyond either, `429` at
+//!    once with `Retry-After` ([`gate`]);
 //! 4. **the body**: read whole within [`ServerLimits::body_timeout`] (`408`) and at most
 //!    `max_body_bytes` (`413`), so memory is bounded by requests in flight × body limit;
 //! 5. **the answer**: within [`ServerLimits::request_timeout`] (`503`), under the webhook's own
 //!    timeout so the API server hears a reason rather than a dropped call.
 
+use std::collections::HashMap;
 use std::io;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum_server::accept::Accept;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::admission::http::MAX_BODY_BYTES;
@@ -37,8 +44,11 @@ use crate::metrics::Metrics;
 #[derive(Clone, Debug)]
 pub struct ServerLimits {
     pub max_connections: usize,
+    pub max_connections_per_peer: usize,
     pub max_in_flight: usize,
+    pub max_in_flight_per_peer: usize,
     pub max_body_bytes: usize,
+    pub handshake_timeout: Duration,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
     pub request_timeout: Duration,
@@ -50,9 +60,15 @@ impl Default for ServerLimits {
     fn default() -> Self {
         Self {
             max_connections: 256,
+            // An API server keeps a few connections (HTTP/2) or a small pool (HTTP/1.1).
+            max_connections_per_peer: 64,
             // 32 × 4 MiB = 128 MiB at worst, inside the chart's 512 MiB with the controller.
             max_in_flight: 32,
+            // 8 answers of about a millisecond each: thousands a second from one API server.
+            max_in_flight_per_peer: 8,
             max_body_bytes: MAX_BODY_BYTES,
+            // The API server is near; a handshake takes milliseconds.
+            handshake_timeout: Duration::from_secs(2),
             header_timeout: Duration::from_secs(5),
             // The API server sends a whole review at once over a fast network.
             body_timeout: Duration::from_secs(2),
@@ -69,6 +85,7 @@ impl Default for ServerLimits {
 pub struct Gate {
     limits: ServerLimits,
     in_flight: Arc<Semaphore>,
+    peers: PeerCounts,
     metrics: Arc<Metrics>,
 }
 
@@ -76,6 +93,7 @@ impl Gate {
     pub fn new(limits: ServerLimits, metrics: Arc<Metrics>) -> Self {
         Self {
             in_flight: Arc::new(Semaphore::new(limits.max_in_flight)),
+            peers: PeerCounts::default(),
             limits,
             metrics,
         }
@@ -93,9 +111,31 @@ impl Gate {
     }
 }
 
-/// Middleware of the guarded routes: a permit, the whole body in time, the answer in time.
+/// Middleware of the guarded routes: a permit (of the peer's share and of the whole), the whole
+/// body in time, the answer in time. Without the peer's address (a router served without
+/// connect info, as in unit tests) only the whole is limited.
 pub async fn gate(State(gate): State<Gate>, request: Request, next: Next) -> Response {
     let limits = &gate.limits;
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(address)| address.ip());
+    let _peer_claim = match peer {
+        None => None,
+        Some(ip) => match gate.peers.claim(ip, limits.max_in_flight_per_peer) {
+            Some(claim) => Some(claim),
+            None => {
+                return gate.refuse(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "busy",
+                    format!(
+                        "{ip} has {} requests in flight already; retry in a second",
+                        limits.max_in_flight_per_peer
+                    ),
+                );
+            }
+        },
+    };
     let Ok(_permit) = gate.in_flight.clone().try_acquire_owned() else {
         return gate.refuse(
             StatusCode::TOO_MANY_REQUESTS,
@@ -152,49 +192,111 @@ fn readable_size(bytes: usize) -> String {
     }
 }
 
-/// An acceptor (inside the TLS one) that closes a connection beyond the cap at once; each
-/// accepted connection holds a permit until it closes.
-#[derive(Clone)]
-pub struct ConnectionCap {
-    open: Arc<Semaphore>,
-    metrics: Arc<Metrics>,
+/// How many of something each peer IP address holds now.
+#[derive(Clone, Default)]
+struct PeerCounts(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+impl PeerCounts {
+    /// One more for `ip` if it holds fewer than `limit`; given back when the claim drops.
+    fn claim(&self, ip: IpAddr, limit: usize) -> Option<PeerClaim> {
+        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let held = counts.entry(ip).or_insert(0);
+        if *held >= limit {
+            return None;
+        }
+        *held += 1;
+        Some(PeerClaim {
+            counts: self.clone(),
+            ip,
+        })
+    }
 }
 
-impl ConnectionCap {
-    pub fn new(max_connections: usize, metrics: Arc<Metrics>) -> Self {
-        Self {
-            open: Arc::new(Semaphore::new(max_connections)),
-            metrics,
+/// One of a peer's share, given back on drop (the entry goes with its last claim).
+struct PeerClaim {
+    counts: PeerCounts,
+    ip: IpAddr,
+}
+
+impl Drop for PeerClaim {
+    fn drop(&mut self) {
+        let mut counts = self.counts.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(held) = counts.get_mut(&self.ip) {
+            *held = held.saturating_sub(1);
+            if *held == 0 {
+                counts.remove(&self.ip);
+            }
         }
     }
 }
 
-impl<I, S> Accept<I, S> for ConnectionCap {
-    type Stream = Counted<I>;
-    type Service = S;
-    type Future = std::future::Ready<io::Result<(Counted<I>, S)>>;
+/// An acceptor (inside the TLS one) that closes a connection beyond the cap, or beyond its
+/// peer's share, at once; each accepted connection holds its permits until it closes.
+#[derive(Clone)]
+pub struct ConnectionCap {
+    open: Arc<Semaphore>,
+    per_peer: usize,
+    peers: PeerCounts,
+    metrics: Arc<Metrics>,
+}
 
-    fn accept(&self, stream: I, service: S) -> Self::Future {
-        std::future::ready(match self.open.clone().try_acquire_owned() {
-            Ok(permit) => Ok((
+impl ConnectionCap {
+    pub fn new(limits: &ServerLimits, metrics: Arc<Metrics>) -> Self {
+        Self {
+            open: Arc::new(Semaphore::new(limits.max_connections)),
+            per_peer: limits.max_connections_per_peer,
+            peers: PeerCounts::default(),
+            metrics,
+        }
+    }
+
+    fn admit(&self, stream: &TcpStream) -> io::Result<(OwnedSemaphorePermit, Option<PeerClaim>)> {
+        let peer_claim = match stream.peer_addr() {
+            Ok(address) => Some(
+                self.peers
+                    .claim(address.ip(), self.per_peer)
+                    .ok_or_else(|| io::Error::other("too many open connections from one peer"))?,
+            ),
+            // A connection already gone; the handshake will fail on its own.
+            Err(_) => None,
+        };
+        let permit = self
+            .open
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| io::Error::other("too many open connections"))?;
+        Ok((permit, peer_claim))
+    }
+}
+
+impl<S> Accept<TcpStream, S> for ConnectionCap {
+    type Stream = Counted<TcpStream>;
+    type Service = S;
+    type Future = std::future::Ready<io::Result<(Counted<TcpStream>, S)>>;
+
+    fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
+        std::future::ready(match self.admit(&stream) {
+            Ok((permit, peer_claim)) => Ok((
                 Counted {
                     stream,
                     _permit: permit,
+                    _peer_claim: peer_claim,
                 },
                 service,
             )),
-            Err(_) => {
+            Err(error) => {
                 self.metrics.server_refused("connections");
-                Err(io::Error::other("too many open connections"))
+                Err(error)
             }
         })
     }
 }
 
-/// A stream that holds its connection's permit.
+/// A stream that holds its connection's permits.
 pub struct Counted<I> {
     stream: I,
     _permit: OwnedSemaphorePermit,
+    _peer_claim: Option<PeerClaim>,
 }
 
 impl<I: AsyncRead + Unpin> AsyncRead for Counted<I> {
@@ -283,6 +385,54 @@ mod tests {
             .await
             .expect("a body");
         (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[test]
+    fn each_peer_holds_at_most_its_share_until_it_gives_it_back() {
+        let counts = PeerCounts::default();
+        let one: IpAddr = [10, 0, 0, 1].into();
+        let other: IpAddr = [10, 0, 0, 2].into();
+        let first = counts.claim(one, 2).expect("first");
+        let _second = counts.claim(one, 2).expect("second");
+        assert!(counts.claim(one, 2).is_none());
+        assert!(
+            counts.claim(other, 2).is_some(),
+            "another peer has its own share"
+        );
+        drop(first);
+        assert!(counts.claim(one, 2).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_peer_past_its_share_gets_429_while_another_is_answered() {
+        let metrics = Arc::new(Metrics::new().expect("metrics"));
+        let limits = ServerLimits {
+            max_in_flight: 4,
+            max_in_flight_per_peer: 1,
+            ..limits()
+        };
+        let app = app(Gate::new(limits, metrics));
+        let from = |peer: [u8; 4], path: &str, body: Body| {
+            let mut request = Request::post(path).body(body).expect("a request");
+            let address = SocketAddr::from((peer, 40000));
+            request.extensions_mut().insert(ConnectInfo(address));
+            request
+        };
+        let slow = tokio::spawn({
+            let app = app.clone();
+            let request = from([10, 0, 0, 1], "/slow", Body::empty());
+            async move { app.oneshot(request).await.expect("infallible").status() }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let same = from([10, 0, 0, 1], "/echo", Body::from("x"));
+        let other = from([10, 0, 0, 2], "/echo", Body::from("x"));
+        let status = |request: Request| {
+            let app = app.clone();
+            async move { app.oneshot(request).await.expect("infallible").status() }
+        };
+        assert_eq!(status(same).await, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(status(other).await, StatusCode::OK);
+        assert_eq!(slow.await.expect("joined"), StatusCode::SERVICE_UNAVAILABLE);
     }
 
     #[tokio::test]

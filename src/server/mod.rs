@@ -142,11 +142,18 @@ pub async fn serve_https(
     });
     let limits = &options.limits;
     let acceptor = RustlsAcceptor::new(served)
-        .handshake_timeout(limits.header_timeout)
-        .acceptor(ConnectionCap::new(limits.max_connections, metrics.clone()));
+        .handshake_timeout(limits.handshake_timeout)
+        .acceptor(ConnectionCap::new(limits, metrics.clone()));
+    let counted = metrics.clone();
     let mut server = axum_server::from_tcp(listener)?
         .acceptor(acceptor)
         .first_request_timeout(limits.header_timeout)
+        .accept_error_handler(move |_, error: &std::io::Error| {
+            // Refusals by the connection cap are counted where they happen.
+            if error.kind() == std::io::ErrorKind::TimedOut {
+                counted.server_refused("handshake_timeout");
+            }
+        })
         .handle(handle);
     server
         .http_builder()
@@ -161,7 +168,10 @@ pub async fn serve_https(
         .max_header_list_size(limits.h2_max_header_bytes)
         .keep_alive_interval(Some(Duration::from_secs(30)))
         .keep_alive_timeout(Duration::from_secs(10));
-    let result = server.serve(app.into_make_service()).await;
+    // The peer's address reaches the request gate, which limits each peer's share.
+    let result = server
+        .serve(app.into_make_service_with_connect_info::<SocketAddr>())
+        .await;
     reloader.abort();
     Ok(result?)
 }

@@ -170,12 +170,20 @@ impl TestServer {
 /// connections are dropped after 5 s: the server closes a connection that sends no request
 /// head for 10 s (its header-read timeout), and reusing one just as it closes fails the request.
 pub fn client_trusting(ca: &Path) -> reqwest::Client {
+    client_builder(ca).build().unwrap()
+}
+
+/// [`client_trusting`], connecting from `local` (another loopback address is another peer to
+/// the server's per-peer limits, as the API server is another host than an abuser).
+pub fn client_trusting_from(ca: &Path, local: std::net::IpAddr) -> reqwest::Client {
+    client_builder(ca).local_address(local).build().unwrap()
+}
+
+fn client_builder(ca: &Path) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .use_preconfigured_tls(rustls_client_config(ca))
         .timeout(Duration::from_secs(10))
         .pool_idle_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap()
 }
 
 pub fn rustls_client_config(ca: &Path) -> rustls::ClientConfig {
