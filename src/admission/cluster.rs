@@ -28,8 +28,19 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet, policy: &
     };
     let spec = &cluster.spec;
     let old_spec = review.old.map(|old| &old.spec);
+    if cluster.metadata.deletion_timestamp.is_some() && old_spec == Some(spec) {
+        // Being deleted, only its finalizers change: nothing to judge, and refusing would
+        // leave it stuck in deletion.
+        return verdict;
+    }
+    // An update is judged on what it makes worse: a cluster that predates a limit (or slipped
+    // past admission) can still be changed, its finalizers too, without fixing everything.
+    let known = old_spec
+        .map(|old| cluster_problems(review.name, old))
+        .unwrap_or_default();
     let bounded = cluster_problems(review.name, spec)
         .into_iter()
+        .filter(|problem| !known.contains(problem))
         .chain(cap_problems(spec, old_spec, &policy.caps));
     for problem in bounded {
         verdict.deny(problem.to_string());

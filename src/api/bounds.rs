@@ -37,8 +37,9 @@ pub const MAX_POD_ANNOTATIONS: usize = 64;
 /// Keys and values together; Kubernetes allows 256 KiB of annotations per object in all.
 pub const MAX_POD_ANNOTATION_BYTES: usize = 64 * 1024;
 
-/// Valkey settings in one config, and the length of one value.
+/// Valkey settings in one config, and the length of one name and one value.
 pub const MAX_SETTINGS: usize = 256;
+pub const MAX_SETTING_NAME: usize = 64;
 pub const MAX_SETTING_VALUE: usize = 4096;
 /// Categories or commands in one role, and the length of one name.
 pub const MAX_ROLE_ENTRIES: usize = 256;
@@ -107,14 +108,13 @@ impl Problems {
         true
     }
 
+    /// Characters, as the schema's `maxLength` counts them.
     fn length(&mut self, field: impl Into<String>, value: &str, limit: usize) {
-        if value.len() > limit {
+        let characters = value.chars().count();
+        if characters > limit {
             self.add(
                 field,
-                format!(
-                    "is {} characters long; at most {limit} are allowed",
-                    value.len()
-                ),
+                format!("is {characters} characters long; at most {limit} are allowed"),
             );
         }
     }
@@ -147,7 +147,11 @@ pub fn config_problems(spec: &ValkeyConfigSpec) -> Vec<Problem> {
     }
     if problems.at_most("spec.valkey", spec.valkey.len(), MAX_SETTINGS, "settings") {
         for (name, value) in &spec.valkey {
-            problems.length(format!("spec.valkey[{name:?}]"), name, MAX_ROLE_NAME);
+            problems.length(
+                format!("spec.valkey: the setting name {name:?}"),
+                name,
+                MAX_SETTING_NAME,
+            );
             problems.length(format!("spec.valkey[{name:?}]"), value, MAX_SETTING_VALUE);
         }
     }
@@ -212,14 +216,15 @@ pub fn cap_problems(
 }
 
 fn check_name(name: &str, problems: &mut Problems) {
-    if name.len() > MAX_CLUSTER_NAME {
+    let characters = name.chars().count();
+    if characters > MAX_CLUSTER_NAME {
         problems.add(
             "metadata.name",
             format!(
-                "is {} characters long; at most {MAX_CLUSTER_NAME} are allowed, so that every node's name (<cluster>-<shard>-<5 characters>) fits a 63-character label",
-                name.len()
+                "is {characters} characters long; at most {MAX_CLUSTER_NAME} are allowed, so that every node's name (<cluster>-<shard>-<5 characters>) fits a 63-character label"
             ),
         );
+        return;
     }
     problems.check(
         "metadata.name",

@@ -206,3 +206,55 @@ fn configs_roles_and_images_are_bounded_too() {
     };
     assert_eq!(fields(&image_problems(&image)), ["spec.tag"]);
 }
+
+/// The CRD schema carries the same numbers as the constants (the attributes need literals).
+#[test]
+fn the_crd_schema_states_the_same_limits() {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(crate::api::ValkeyCluster::crd()).unwrap();
+    let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let spec = &root["properties"]["spec"];
+    let field = |path: &[&str]| {
+        let mut at = spec;
+        for step in path {
+            at = &at["properties"][*step];
+        }
+        at.clone()
+    };
+    assert_eq!(field(&["shards"])["maximum"], f64::from(MAX_SHARDS));
+    assert_eq!(
+        field(&["replicasPerShard"])["maximum"],
+        f64::from(MAX_REPLICAS_PER_SHARD)
+    );
+    assert_eq!(field(&["acl"])["maxItems"], MAX_ACL_USERS);
+    let user = &field(&["acl"])["items"];
+    assert_eq!(user["properties"]["username"]["maxLength"], MAX_USERNAME);
+    assert_eq!(
+        user["properties"]["passwordHashes"]["maxItems"],
+        MAX_PASSWORD_HASHES
+    );
+    let permission = &user["properties"]["permissions"];
+    assert_eq!(permission["maxItems"], MAX_PERMISSIONS);
+    let keys = &permission["items"]["properties"]["keys"];
+    assert_eq!(keys["maxItems"], MAX_KEY_PATTERNS);
+    assert_eq!(
+        keys["items"]["properties"]["pattern"]["maxLength"],
+        MAX_KEY_PATTERN
+    );
+    assert_eq!(field(&["placement", "zones"])["maxItems"], MAX_ZONES);
+    assert_eq!(
+        field(&["placement", "nodeSelector"])["maxProperties"],
+        MAX_NODE_SELECTOR
+    );
+    assert_eq!(
+        field(&["podAnnotations"])["maxProperties"],
+        MAX_POD_ANNOTATIONS
+    );
+    let rules = serde_json::to_string(&root["x-kubernetes-validations"]).unwrap()
+        + &serde_json::to_string(&spec["x-kubernetes-validations"]).unwrap();
+    assert!(
+        rules.contains(&format!("size() <= {MAX_CLUSTER_NAME}")),
+        "{rules}"
+    );
+    assert!(rules.contains(&format!("<= {MAX_NODES}")), "{rules}");
+}

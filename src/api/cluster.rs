@@ -45,8 +45,8 @@ use serde::{Deserialize, Serialize};
     )
 )]
 #[kube(validation = Rule::new(
-    "self.metadata.name.size() <= 50 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')"
-).message("metadata.name must be at most 50 lowercase letters, digits and '-', starting with a letter and ending with a letter or digit, so that every derived Service, Pod and label name is valid"))]
+    "oldSelf.hasValue() || (self.metadata.name.size() <= 50 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))"
+).optional_old_self(true).message("metadata.name must be at most 50 lowercase letters, digits and '-', starting with a letter and ending with a letter or digit, so that every derived Service, Pod and label name is valid"))]
 #[x_kube(validation = Rule::new(
     "self.shards * (1 + (has(self.replicasPerShard) ? self.replicasPerShard : 1)) <= 2000"
 ).message("spec.shards × (1 + spec.replicasPerShard) must be at most 2000 nodes"))]
@@ -170,8 +170,8 @@ pub struct Placement {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 32))]
     #[x_kube(validation = Rule::new(
-        "self.all(k, k.size() <= 317 && self[k].size() <= 63)"
-    ).message("spec.placement.nodeSelector keys and values must be valid Kubernetes label keys and values (values at most 63 characters)"))]
+        "self.all(k, k.size() <= 317 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && self[k].size() <= 63)"
+    ).message("spec.placement.nodeSelector keys must be valid Kubernetes label keys, and values at most 63 characters"))]
     pub node_selector: BTreeMap<String, String>,
 }
 

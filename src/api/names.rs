@@ -81,10 +81,10 @@ pub fn qualified_name(key: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Lowercase alphanumerics and `-`, starting and ending with an alphanumeric, at most 63.
+/// Lowercase alphanumerics and `-`, starting and ending with an alphanumeric (the length is
+/// the caller's: a subdomain's parts have no limit of their own, only the whole).
 fn dns_label_chars(part: &str) -> bool {
     !part.is_empty()
-        && part.len() <= MAX_LABEL
         && part
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
@@ -122,6 +122,8 @@ mod tests {
         for bad in ["", "a..b", ".a", "a.", "A.b", "a_b", &"a".repeat(254)] {
             assert!(dns1123_subdomain(bad).is_err(), "{bad:?} passed");
         }
+        // As Kubernetes' IsDNS1123Subdomain: no limit per part, 253 in all.
+        assert!(dns1123_subdomain(&"a".repeat(200)).is_ok());
     }
 
     #[test]

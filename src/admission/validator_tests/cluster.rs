@@ -207,3 +207,75 @@ fn the_operators_caps_refuse_growth_past_them() {
     );
     assert!(verdict.allowed(), "{}", joined(&verdict));
 }
+
+#[test]
+fn a_cluster_past_a_limit_can_still_change_and_leave() {
+    let fleet = fleet();
+    // It slipped past admission (or predates a limit): 70 ACL users.
+    let mut crowded = cluster("team-a", "orders", "standard");
+    crowded.spec.acl = (0..70)
+        .map(|i| AclUser {
+            username: format!("u{i}"),
+            password_hashes: vec![],
+            permissions: vec![],
+        })
+        .collect();
+    // The operator adds its finalizer, then deletion removes it: spec unchanged, allowed.
+    let mut finalized = crowded.clone();
+    finalized.metadata.finalizers = Some(vec!["valkey.gomomento.com/retire-nodes".into()]);
+    let verdict = validate_cluster(
+        &review(
+            Operation::Update,
+            "orders",
+            Some(&finalized),
+            Some(&crowded),
+        ),
+        &fleet,
+        &Policy::default(),
+    );
+    assert!(verdict.allowed(), "{}", joined(&verdict));
+    // A change that does not make it worse is allowed; one that adds a new problem is not.
+    let mut fewer = crowded.clone();
+    fewer.spec.acl.truncate(66);
+    let verdict = validate_cluster(
+        &review(Operation::Update, "orders", Some(&fewer), Some(&crowded)),
+        &fleet,
+        &Policy::default(),
+    );
+    assert!(!verdict.allowed(), "66 users is a new count, still past 64");
+    let mut relabelled = crowded.clone();
+    relabelled
+        .spec
+        .pod_annotations
+        .insert("team".into(), "a".into());
+    let verdict = validate_cluster(
+        &review(
+            Operation::Update,
+            "orders",
+            Some(&relabelled),
+            Some(&crowded),
+        ),
+        &fleet,
+        &Policy::default(),
+    );
+    assert!(verdict.allowed(), "{}", joined(&verdict));
+    relabelled
+        .spec
+        .pod_annotations
+        .insert("bad key!".into(), "a".into());
+    let verdict = validate_cluster(
+        &review(
+            Operation::Update,
+            "orders",
+            Some(&relabelled),
+            Some(&crowded),
+        ),
+        &fleet,
+        &Policy::default(),
+    );
+    assert!(
+        joined(&verdict).contains("bad key!"),
+        "{}",
+        joined(&verdict)
+    );
+}
