@@ -45,7 +45,8 @@ pub async fn apply_owned_objects(
     Ok(())
 }
 
-/// Applies `object` unless an object of its name exists that `owner` does not control.
+/// Creates `object` if no object of its name exists (a create fails rather than take over one
+/// made in the meantime), applies it over one that `owner` controls, and leaves any other alone.
 async fn apply_if_ours<K>(api: &Api<K>, object: K, owner: Option<&str>) -> Result<(), Error>
 where
     K: kube::Resource<DynamicType = ()>
@@ -55,17 +56,26 @@ where
         + std::fmt::Debug,
 {
     let name = object.name_any();
-    if let Some(existing) = api.get_opt(&name).await?
-        && !is_controlled_by(&existing, owner)
-    {
-        return Err(Error::NotOurs {
-            kind: K::kind(&()).into_owned(),
-            namespace: existing.namespace().unwrap_or_default(),
-            name,
-        });
+    match api.get_opt(&name).await? {
+        None => {
+            let create = PostParams {
+                field_manager: Some(MANAGER.into()),
+                ..Default::default()
+            };
+            api.create(&create, &object).await?;
+        }
+        Some(existing) if is_controlled_by(&existing, owner) => {
+            let apply = PatchParams::apply(MANAGER).force();
+            api.patch(&name, &apply, &Patch::Apply(&object)).await?;
+        }
+        Some(existing) => {
+            return Err(Error::NotOurs {
+                kind: K::kind(&()).into_owned(),
+                namespace: existing.namespace().unwrap_or_default(),
+                name,
+            });
+        }
     }
-    let apply = PatchParams::apply(MANAGER).force();
-    api.patch(&name, &apply, &Patch::Apply(&object)).await?;
     Ok(())
 }
 

@@ -54,6 +54,9 @@ pub struct ServerLimits {
     pub request_timeout: Duration,
     pub h2_max_streams: u32,
     pub h2_max_header_bytes: u32,
+    /// HTTP/2 flow-control window of a stream and of a connection: what a client can make the
+    /// server buffer before it is read.
+    pub h2_window_bytes: u32,
 }
 
 impl Default for ServerLimits {
@@ -76,6 +79,8 @@ impl Default for ServerLimits {
             request_timeout: Duration::from_secs(4),
             h2_max_streams: 16,
             h2_max_header_bytes: 16 * 1024,
+            // 256 connections × 256 KiB = 64 MiB at worst beside the bodies being read.
+            h2_window_bytes: 256 * 1024,
         }
     }
 }

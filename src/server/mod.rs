@@ -166,6 +166,9 @@ pub async fn serve_https(
         .timer(TokioTimer::new())
         .max_concurrent_streams(limits.h2_max_streams)
         .max_header_list_size(limits.h2_max_header_bytes)
+        // Unread request data a connection may buffer: bounded per connection.
+        .initial_stream_window_size(limits.h2_window_bytes)
+        .initial_connection_window_size(limits.h2_window_bytes)
         .keep_alive_interval(Some(Duration::from_secs(30)))
         .keep_alive_timeout(Duration::from_secs(10));
     // The peer's address reaches the request gate, which limits each peer's share.
