@@ -872,6 +872,171 @@ fn the_corpus_gets_clean_answers_on_every_endpoint() {
     served.stop_healthy();
 }
 
+/// Each `deny-*` file on its own endpoint, and the reason its denial must give: refused for
+/// another reason, it would no longer test what it was kept for.
+const CORPUS_REASONS: [(&str, &str, &str); 26] = [
+    (
+        "deny-100000-shards",
+        "/validate/valkeyclusters",
+        "spec.shards: is 100000; it must be 1 to 16384",
+    ),
+    (
+        "deny-60-char-name",
+        "/validate/valkeyclusters",
+        "metadata.name: is 60 characters long",
+    ),
+    (
+        "deny-bad-annotation-key",
+        "/validate/valkeyclusters",
+        "is not a valid annotation key: its name part",
+    ),
+    (
+        "deny-config-base-ref-cycle",
+        "/validate/valkeyconfigs",
+        "cycle",
+    ),
+    (
+        "deny-deep-nesting-arrays",
+        "/validate/valkeyclusters",
+        "recursion limit exceeded",
+    ),
+    (
+        "deny-deep-nesting-in-spec",
+        "/validate/valkeyclusters",
+        "recursion limit exceeded",
+    ),
+    (
+        "deny-image-below-floor",
+        "/validate/valkeyimages",
+        "below the Valkey 9 floor",
+    ),
+    (
+        "deny-lone-surrogate-in-config-ref",
+        "/validate/valkeyclusters",
+        "surrogate",
+    ),
+    (
+        "deny-lone-surrogate-in-name",
+        "/validate/valkeyclusters",
+        "the body is not JSON: unexpected end of hex escape",
+    ),
+    (
+        "deny-long-config-ref",
+        "/validate/valkeyclusters",
+        "spec.configRef: must be 1 to 253 characters long",
+    ),
+    (
+        "deny-nesting-under-parser-limit-in-spec",
+        "/validate/valkeyclusters",
+        "does not match its schema",
+    ),
+    (
+        "deny-node-without-owner",
+        "/validate/valkeynodes",
+        "ValkeyNodes are created by the operator",
+    ),
+    (
+        "deny-not-an-admission-review",
+        "/validate/valkeyclusters",
+        "not an AdmissionReview",
+    ),
+    (
+        "deny-nul-in-name",
+        "/validate/valkeyclusters",
+        "metadata.name: must consist of lowercase letters",
+    ),
+    (
+        "deny-null-request",
+        "/validate/valkeyclusters",
+        "carries no request",
+    ),
+    (
+        "deny-object-is-a-string",
+        "/validate/valkeyclusters",
+        "not an admission.k8s.io/v1 AdmissionReview",
+    ),
+    (
+        "deny-role-with-acl-syntax",
+        "/validate/valkeyroles",
+        "without ACL syntax",
+    ),
+    (
+        "deny-rtl-and-emoji-zone",
+        "/validate/valkeyclusters",
+        "spec.placement.zones[0]: must consist of letters",
+    ),
+    (
+        "deny-shards-1e400",
+        "/validate/valkeyclusters",
+        "number out of range",
+    ),
+    (
+        "deny-shards-2-pow-64",
+        "/validate/valkeyclusters",
+        "does not match its schema",
+    ),
+    (
+        "deny-shards-2147483648",
+        "/validate/valkeyclusters",
+        "does not match its schema",
+    ),
+    (
+        "deny-shards-negative-zero",
+        "/validate/valkeyclusters",
+        "does not match its schema",
+    ),
+    (
+        "deny-unknown-operation",
+        "/validate/valkeyclusters",
+        "unknown variant `EXPLODE`",
+    ),
+    (
+        "deny-v1beta1-review-api-version",
+        "/validate/valkeyclusters",
+        "this webhook speaks admission.k8s.io/v1",
+    ),
+    (
+        "deny-wrong-kind-pod",
+        "/validate/valkeyclusters",
+        "this endpoint validates valkey.gomomento.com ValkeyCluster",
+    ),
+    (
+        "emoji-and-rtl-in-annotation-value",
+        "/validate/valkeyclusters",
+        "",
+    ),
+];
+
+#[test]
+fn each_corpus_file_is_answered_for_its_own_reason() {
+    let served = Served::start();
+    let mut problems = Vec::new();
+    for (name, path, reason) in CORPUS_REASONS {
+        let body = std::fs::read(format!("{CORPUS}/{name}.json")).unwrap();
+        let (status, text) = served
+            .runtime
+            .block_on(send(&served.server, path, body))
+            .unwrap();
+        let allowed = status == 200 && text.contains("\"allowed\":true");
+        let expected = if name.starts_with("deny-") {
+            !allowed && text.contains(reason)
+        } else {
+            allowed
+        };
+        if !expected {
+            problems.push(format!("{name} on {path}: {status} {text}"));
+        }
+    }
+    let files = std::fs::read_dir(CORPUS).unwrap().count();
+    assert_eq!(
+        files,
+        CORPUS_REASONS.len(),
+        "a corpus file without its reason here"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    served.stop_healthy();
+}
+
 // ---------------------------------------------------------------------------------------------
 // (b) Typed specs through the pure validators.
 
