@@ -111,12 +111,14 @@ pub async fn primaries(addresses: &[String]) -> Vec<String> {
     ids
 }
 
-/// Waits until [`layout`] shows `expected`, for up to 10 s: gossip spreads a new replica's role
-/// and health within moments, not instantly.
+/// Waits until [`layout`] shows `expected`, for up to 30 s: gossip spreads a new replica's role
+/// and health (`online` once its offset is known) within moments, not instantly, and on a
+/// loaded 2-core CI machine a node may go a few node-timeout halves between pings of it
+/// (10 s was once not enough there).
 pub async fn wait_for_layout(addresses: &[String], expected: &[(usize, u32)]) {
     eventually(
         format!("(replicas, slots) per shard to be {expected:?}"),
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         async || {
             let seen = layout(addresses).await;
             if seen == expected {
