@@ -44,7 +44,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use harness::https::{
     TestServer, admission_review, client_trusting, client_trusting_from, object,
-    rustls_client_config,
+    rustls_client_config, standard_fleet,
 };
 use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
@@ -56,8 +56,7 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 use valkey_operator::admission::Policy;
 use valkey_operator::admission::http::{VALIDATE_CLUSTERS, VALIDATE_CONFIGS};
-use valkey_operator::api::{ValkeyConfigSpec, ValkeyImageSpec};
-use valkey_operator::fleet::{ClusterKey, Fleet};
+use valkey_operator::fleet::Fleet;
 use valkey_operator::server::limits::ServerLimits;
 
 /// How long the abuse lasts while the well-behaved clients are measured.
@@ -96,45 +95,27 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 
 const CLUSTERS: usize = 100;
 
-fn image_spec(version: &str) -> ValkeyImageSpec {
-    ValkeyImageSpec {
-        repository: "valkey/valkey".into(),
-        tag: version.into(),
-        version: version.into(),
-    }
-}
-
 /// `standard` on 9.0.0, inherited by `large`; 100 clusters on the two.
 fn build_fleet() -> Fleet {
-    let mut fleet = Fleet::default();
-    fleet.upsert_image("valkey-9-0-0", image_spec("9.0.0"));
-    fleet.upsert_image("valkey-9-1-2", image_spec("9.1.2"));
-    fleet.upsert_config(
-        "standard",
-        ValkeyConfigSpec {
-            image_ref: Some("valkey-9-0-0".into()),
-            ..Default::default()
-        },
-    );
-    fleet.upsert_config(
-        "large",
-        ValkeyConfigSpec {
-            base_ref: Some("standard".into()),
-            ..Default::default()
-        },
-    );
-    for cluster in 0..CLUSTERS {
-        let config = if cluster % 2 == 0 {
-            "standard"
-        } else {
-            "large"
-        };
-        fleet.upsert_cluster(
-            ClusterKey::new(format!("ns-{}", cluster % 10), format!("cluster-{cluster}")),
-            config,
-        );
-    }
-    fleet
+    let clusters: Vec<(String, String, &str)> = (0..CLUSTERS)
+        .map(|cluster| {
+            let config = if cluster % 2 == 0 {
+                "standard"
+            } else {
+                "large"
+            };
+            (
+                format!("ns-{}", cluster % 10),
+                format!("cluster-{cluster}"),
+                config,
+            )
+        })
+        .collect();
+    standard_fleet(
+        clusters
+            .iter()
+            .map(|(namespace, name, config)| (namespace.as_str(), name.as_str(), *config)),
+    )
 }
 
 /// The well-behaved requests, taken in turn: a new cluster on `large` and a change of

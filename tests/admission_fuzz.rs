@@ -25,7 +25,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use harness::https::{TestServer, admission_review, object};
+use harness::https::{TestServer, admission_review, image_spec, object, standard_fleet};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::core::admission::Operation;
@@ -39,7 +39,7 @@ use valkey_operator::admission::{
 };
 use valkey_operator::api::bounds::{Caps, cluster_problems};
 use valkey_operator::api::*;
-use valkey_operator::fleet::{ClusterKey, Fleet};
+use valkey_operator::fleet::Fleet;
 
 /// Generated reviews per kind over HTTPS (a debug build answers a few hundred a second).
 const HTTPS_CASES: u32 = 64;
@@ -52,33 +52,22 @@ const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/corpus/admissio
 // ---------------------------------------------------------------------------------------------
 // The fleet and the valid reviews the mutations start from.
 
-fn image_spec(version: &str) -> ValkeyImageSpec {
-    ValkeyImageSpec {
-        repository: "valkey/valkey".into(),
-        tag: version.into(),
-        version: version.into(),
-    }
-}
-
 /// `standard` on 9.0.0, inherited by `large`; `legacy` on an 8.1.4 image stored before the
 /// webhook; a role `reader`; a few clusters.
 fn fleet() -> Fleet {
-    let mut fleet = Fleet::default();
-    for (name, version) in [
-        ("valkey-8-1-4", "8.1.4"),
-        ("valkey-9-0-0", "9.0.0"),
-        ("valkey-9-1-2", "9.1.2"),
-    ] {
-        fleet.upsert_image(name, image_spec(version));
-    }
-    let config = |image: Option<&str>, base: Option<&str>| ValkeyConfigSpec {
-        image_ref: image.map(Into::into),
-        base_ref: base.map(Into::into),
-        ..Default::default()
-    };
-    fleet.upsert_config("standard", config(Some("valkey-9-0-0"), None));
-    fleet.upsert_config("large", config(None, Some("standard")));
-    fleet.upsert_config("legacy", config(Some("valkey-8-1-4"), None));
+    let mut fleet = standard_fleet([
+        ("team-a", "orders", "standard"),
+        ("team-b", "sessions", "large"),
+        ("team-c", "old", "legacy"),
+    ]);
+    fleet.upsert_image("valkey-8-1-4", image_spec("8.1.4"));
+    fleet.upsert_config(
+        "legacy",
+        ValkeyConfigSpec {
+            image_ref: Some("valkey-8-1-4".into()),
+            ..Default::default()
+        },
+    );
     fleet.upsert_role(
         "reader",
         ValkeyRoleSpec {
@@ -89,13 +78,6 @@ fn fleet() -> Fleet {
             commands: vec![],
         },
     );
-    for (namespace, name, config) in [
-        ("team-a", "orders", "standard"),
-        ("team-b", "sessions", "large"),
-        ("team-c", "old", "legacy"),
-    ] {
-        fleet.upsert_cluster(ClusterKey::new(namespace, name), config);
-    }
     fleet
 }
 

@@ -8,13 +8,12 @@
 use std::time::Duration;
 
 use harness::https::{
-    TestServer, admission_review, object, rustls_client_config, write_certificates,
+    TestServer, admission_review, object, rustls_client_config, standard_fleet, write_certificates,
 };
 use harness::{eventually, metric};
 use serde_json::{Value, json};
 use valkey_operator::admission::Policy;
-use valkey_operator::api::{ValkeyConfigSpec, ValkeyImageSpec};
-use valkey_operator::fleet::{ClusterKey, Fleet};
+use valkey_operator::fleet::Fleet;
 
 fn image_spec(version: &str) -> Value {
     json!({"repository": "valkey/valkey", "tag": version, "version": version})
@@ -28,30 +27,10 @@ fn create_image(name: &str, version: &str) -> Value {
 
 /// `standard` on 9.0.0, inherited by `large`; clusters on both.
 fn fleet() -> Fleet {
-    let mut fleet = Fleet::default();
-    for (name, version) in [("valkey-9-0-0", "9.0.0"), ("valkey-9-1-2", "9.1.2")] {
-        fleet.upsert_image(
-            name,
-            serde_json::from_value::<ValkeyImageSpec>(image_spec(version)).unwrap(),
-        );
-    }
-    fleet.upsert_config(
-        "standard",
-        ValkeyConfigSpec {
-            image_ref: Some("valkey-9-0-0".into()),
-            ..Default::default()
-        },
-    );
-    fleet.upsert_config(
-        "large",
-        ValkeyConfigSpec {
-            base_ref: Some("standard".into()),
-            ..Default::default()
-        },
-    );
-    fleet.upsert_cluster(ClusterKey::new("team-a", "orders"), "standard");
-    fleet.upsert_cluster(ClusterKey::new("team-b", "sessions"), "large");
-    fleet
+    standard_fleet([
+        ("team-a", "orders", "standard"),
+        ("team-b", "sessions", "large"),
+    ])
 }
 
 async fn start(dir: &tempfile::TempDir) -> TestServer {

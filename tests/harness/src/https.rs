@@ -11,14 +11,53 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use valkey_operator::admission::Policy;
+use valkey_operator::api::{ValkeyConfigSpec, ValkeyImageSpec};
 use valkey_operator::caches::Readiness;
-use valkey_operator::fleet::Fleet;
+use valkey_operator::fleet::{ClusterKey, Fleet};
 use valkey_operator::metrics::Metrics;
 use valkey_operator::server::limits::ServerLimits;
 use valkey_operator::server::{self, AppState, ListenOptions};
 use valkey_operator::tls::{self, CertificatePaths};
 
 use crate::{GROUP, operator_binary};
+
+/// An approved image of `version` (`valkey/valkey:<version>`).
+pub fn image_spec(version: &str) -> ValkeyImageSpec {
+    ValkeyImageSpec {
+        repository: "valkey/valkey".into(),
+        tag: version.into(),
+        version: version.into(),
+    }
+}
+
+/// The fleet the admission tests and benchmarks start from: images `valkey-9-0-0` and
+/// `valkey-9-1-2`, the config `standard` on 9.0.0 and `large` inheriting from it, and
+/// `clusters` as (namespace, name, config).
+pub fn standard_fleet<'a>(
+    clusters: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+) -> Fleet {
+    let mut fleet = Fleet::default();
+    fleet.upsert_image("valkey-9-0-0", image_spec("9.0.0"));
+    fleet.upsert_image("valkey-9-1-2", image_spec("9.1.2"));
+    fleet.upsert_config(
+        "standard",
+        ValkeyConfigSpec {
+            image_ref: Some("valkey-9-0-0".into()),
+            ..Default::default()
+        },
+    );
+    fleet.upsert_config(
+        "large",
+        ValkeyConfigSpec {
+            base_ref: Some("standard".into()),
+            ..Default::default()
+        },
+    );
+    for (namespace, name, config) in clusters {
+        fleet.upsert_cluster(ClusterKey::new(namespace, name), config);
+    }
+    fleet
+}
 
 /// Runs `valkey-operator certs` for localhost and 127.0.0.1 into `dir`.
 pub fn write_certificates(dir: &Path) {
