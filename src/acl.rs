@@ -1,57 +1,150 @@
-//! A ValkeyCluster's `spec.acl` as Valkey ACL rules. Each user is written whole with one
-//! `ACL SETUSER name reset on #hash… (selector)…` (one command, so a client never sees a user
-//! half-changed), and each permission becomes one selector: the role's categories and commands
-//! on that permission's key patterns, so a role granted on `orders:*` reaches no other key.
+//! A ValkeyCluster's `spec.acl` as Valkey ACL rules, built from typed parts. Each user is
+//! written whole with one `ACL SETUSER name reset on #hash… (selector)…` (one command, so a
+//! client never sees a user half-changed), and each permission becomes one selector: the
+//! role's categories and commands on that permission's key patterns, so a role granted on
+//! `orders:*` reaches no other key.
+//!
+//! Valkey splits a selector on spaces and honours quotes inside it, so a key pattern such as
+//! `* +@all` pasted into one would grant every command. Key patterns and names are therefore
+//! checked here when a rule is built (the same checks admission makes, see
+//! [`crate::api::bounds::acl_syntax_problems`]): a rule holds only text Valkey reads as one
+//! token.
+
+use std::fmt;
 
 use crate::api::{Access, AclPermission, AclUser, KeyAccess, ValkeyRoleSpec};
 
 /// Valkey's built-in user: never rewritten or deleted by the operator.
 pub const DEFAULT_USER: &str = "default";
 
-/// The `ACL SETUSER` rules of one user, or the first role it names that does not exist.
-pub fn user_rules<'a>(
-    user: &AclUser,
-    role: impl Fn(&str) -> Option<&'a ValkeyRoleSpec>,
-) -> Result<Vec<String>, String> {
-    let mut rules = vec!["reset".to_string(), "on".to_string()];
-    rules.extend(
-        user.password_hashes
-            .iter()
-            .map(|hash| format!("#{}", hash.0)),
-    );
-    for permission in &user.permissions {
-        let spec = role(&permission.role_ref).ok_or_else(|| {
-            format!(
-                "user {}: ValkeyRole {} does not exist",
-                user.username, permission.role_ref
-            )
-        })?;
-        rules.push(selector(permission, spec));
+/// Characters a key pattern may not hold: Valkey's ACL parser splits on whitespace and quotes
+/// on `"` and `'`; parentheses delimit selectors.
+const PATTERN_FORBIDDEN: &[char] = &['"', '\'', '(', ')'];
+
+/// Why a key pattern cannot be an ACL rule, if it cannot.
+pub fn check_key_pattern(pattern: &str) -> Result<(), String> {
+    if pattern.is_empty() {
+        return Err("a key pattern cannot be empty".into());
     }
-    Ok(rules)
+    match pattern
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control() || PATTERN_FORBIDDEN.contains(c))
+    {
+        Some(found) => Err(format!(
+            "{pattern:?} holds {found:?}; a key pattern may not hold whitespace, quotes, parentheses or control characters (Valkey's ACL parser would read it as more than one rule)"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// ACL syntax a name might be written with; the `access` field says allow or deny instead.
+const SIGILS: [char; 5] = ['@', '+', '-', '~', '&'];
+
+/// Why a command-category name is not a plain name (`read`, `keyspace`), if it is not.
+pub fn check_category(name: &str) -> Result<(), String> {
+    if plain_name(name) {
+        Ok(())
+    } else {
+        Err(not_plain(
+            name,
+            "a category name: a letter, then letters, digits, '_', '-' or '.'",
+        ))
+    }
+}
+
+/// The refusal of a name, with the plain name when ACL syntax was written around it.
+fn not_plain(name: &str, what: &str) -> String {
+    let bare = name.trim_start_matches(SIGILS);
+    if bare.len() < name.len() && (plain_name(bare) || bare.contains('|')) {
+        format!("write {bare:?} without ACL syntax (the access field says allow or deny)")
+    } else {
+        format!("{name:?} is not {what}")
+    }
+}
+
+/// Why a command name is not a plain name (`get`, `config|get`), if it is not.
+pub fn check_command(name: &str) -> Result<(), String> {
+    let mut parts = name.splitn(2, '|');
+    let command = parts.next().unwrap_or_default();
+    if plain_name(command) && parts.next().is_none_or(plain_name) {
+        Ok(())
+    } else {
+        Err(not_plain(
+            name,
+            "a command name: a letter, then letters, digits, '_', '-' or '.', optionally '|' and a subcommand",
+        ))
+    }
+}
+
+fn plain_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// Why a password hash is not 64 lowercase hex digits, if it is not.
+pub fn check_password_hash(hash: &str) -> Result<(), String> {
+    if hash.len() == 64 && hash.chars().all(|c| matches!(c, '0'..='9' | 'a'..='f')) {
+        Ok(())
+    } else {
+        Err("a password hash is the SHA-256 of the password as 64 lowercase hex digits".into())
+    }
+}
+
+/// One argument of `ACL SETUSER`, each known to be read by Valkey as exactly one rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// Forget every earlier rule of the user: the user is written whole.
+    Reset,
+    /// The user may log in.
+    On,
+    /// One password, by its SHA-256.
+    PasswordHash(String),
+    /// Commands on key patterns.
+    Selector(Selector),
 }
 
 /// `(%R~pattern … +@category … -command …)`: categories first, so a single command can be
 /// carved out of (or added to) a category.
-fn selector(permission: &AclPermission, role: &ValkeyRoleSpec) -> String {
-    let keys = permission.keys.iter().map(|key| {
-        let prefix = match key.access {
-            KeyAccess::Read => "%R~",
-            KeyAccess::Write => "%W~",
-            KeyAccess::Readwrite => "~",
-        };
-        format!("{prefix}{}", key.pattern)
-    });
-    let categories = role
-        .categories
-        .iter()
-        .map(|c| format!("{}@{}", sign(c.access), c.name.to_ascii_lowercase()));
-    let commands = role
-        .commands
-        .iter()
-        .map(|c| format!("{}{}", sign(c.access), c.name.to_ascii_lowercase()));
-    let parts: Vec<String> = keys.chain(categories).chain(commands).collect();
-    format!("({})", parts.join(" "))
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selector {
+    keys: Vec<(KeyAccess, String)>,
+    categories: Vec<(Access, String)>,
+    commands: Vec<(Access, String)>,
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rule::Reset => f.write_str("reset"),
+            Rule::On => f.write_str("on"),
+            Rule::PasswordHash(hash) => write!(f, "#{hash}"),
+            Rule::Selector(selector) => write!(f, "{selector}"),
+        }
+    }
+}
+
+impl fmt::Display for Selector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let keys = self.keys.iter().map(|(access, pattern)| {
+            let prefix = match access {
+                KeyAccess::Read => "%R~",
+                KeyAccess::Write => "%W~",
+                KeyAccess::Readwrite => "~",
+            };
+            format!("{prefix}{pattern}")
+        });
+        let categories = self
+            .categories
+            .iter()
+            .map(|(access, name)| format!("{}@{name}", sign(*access)));
+        let commands = self
+            .commands
+            .iter()
+            .map(|(access, name)| format!("{}{name}", sign(*access)));
+        let parts: Vec<String> = keys.chain(categories).chain(commands).collect();
+        write!(f, "({})", parts.join(" "))
+    }
 }
 
 fn sign(access: Access) -> char {
@@ -59,6 +152,78 @@ fn sign(access: Access) -> char {
         Access::Allow => '+',
         Access::Deny => '-',
     }
+}
+
+/// Why a user's rules could not be built; that user is left as it is on the nodes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AclError {
+    #[error("user {user}: ValkeyRole {role} does not exist")]
+    RoleMissing { user: String, role: String },
+    #[error("user {user}: {field}: {message}")]
+    Invalid {
+        user: String,
+        field: String,
+        message: String,
+    },
+}
+
+/// The `ACL SETUSER` rules of one user, or why there are none.
+pub fn user_rules<'a>(
+    user: &AclUser,
+    role: impl Fn(&str) -> Option<&'a ValkeyRoleSpec>,
+) -> Result<Vec<Rule>, AclError> {
+    let invalid = |field: String, message: String| AclError::Invalid {
+        user: user.username.clone(),
+        field,
+        message,
+    };
+    let mut rules = vec![Rule::Reset, Rule::On];
+    for hash in &user.password_hashes {
+        check_password_hash(&hash.0).map_err(|m| invalid("passwordHashes".into(), m))?;
+        rules.push(Rule::PasswordHash(hash.0.clone()));
+    }
+    for permission in &user.permissions {
+        let spec = role(&permission.role_ref).ok_or_else(|| AclError::RoleMissing {
+            user: user.username.clone(),
+            role: permission.role_ref.clone(),
+        })?;
+        let selector = selector(permission, spec).map_err(|(field, m)| invalid(field, m))?;
+        rules.push(Rule::Selector(selector));
+    }
+    Ok(rules)
+}
+
+/// One permission's selector, every part checked.
+fn selector(
+    permission: &AclPermission,
+    role: &ValkeyRoleSpec,
+) -> Result<Selector, (String, String)> {
+    let mut keys = Vec::new();
+    for key in &permission.keys {
+        check_key_pattern(&key.pattern).map_err(|m| ("key pattern".to_string(), m))?;
+        keys.push((key.access, key.pattern.clone()));
+    }
+    let named =
+        |entries: &[crate::api::Permission], field: &str, check: fn(&str) -> Result<(), String>| {
+            entries
+                .iter()
+                .map(|entry| {
+                    check(&entry.name)
+                        .map(|()| (entry.access, entry.name.to_ascii_lowercase()))
+                        .map_err(|m| (format!("ValkeyRole {} {field}", permission.role_ref), m))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+    Ok(Selector {
+        keys,
+        categories: named(&role.categories, "category", check_category)?,
+        commands: named(&role.commands, "command", check_command)?,
+    })
+}
+
+/// The rules as `ACL SETUSER`'s arguments.
+pub fn arguments(rules: &[Rule]) -> Vec<String> {
+    rules.iter().map(ToString::to_string).collect()
 }
 
 #[cfg(test)]
@@ -79,24 +244,26 @@ mod tests {
         }
     }
 
-    fn user(role_ref: &str) -> AclUser {
+    fn user_with_patterns(role_ref: &str, patterns: &[&str]) -> AclUser {
         AclUser {
             username: "app".into(),
             password_hashes: vec![PasswordHash("ab".repeat(32))],
             permissions: vec![AclPermission {
                 role_ref: role_ref.into(),
-                keys: vec![
-                    KeyPermission {
-                        pattern: "orders:*".into(),
-                        access: KeyAccess::Read,
-                    },
-                    KeyPermission {
-                        pattern: "cache:*".into(),
-                        access: KeyAccess::Readwrite,
-                    },
-                ],
+                keys: patterns
+                    .iter()
+                    .zip([KeyAccess::Read, KeyAccess::Readwrite, KeyAccess::Write])
+                    .map(|(pattern, access)| KeyPermission {
+                        pattern: (*pattern).into(),
+                        access,
+                    })
+                    .collect(),
             }],
         }
+    }
+
+    fn user(role_ref: &str) -> AclUser {
+        user_with_patterns(role_ref, &["orders:*", "cache:*"])
     }
 
     #[test]
@@ -104,7 +271,7 @@ mod tests {
         let role = reader();
         let rules = user_rules(&user("reader"), |name| (name == "reader").then_some(&role));
         assert_eq!(
-            rules.unwrap(),
+            arguments(&rules.unwrap()),
             [
                 "reset".to_string(),
                 "on".into(),
@@ -117,6 +284,63 @@ mod tests {
     #[test]
     fn a_missing_role_is_named() {
         let error = user_rules(&user("ghost"), |_| None).unwrap_err();
-        assert_eq!(error, "user app: ValkeyRole ghost does not exist");
+        assert_eq!(
+            error.to_string(),
+            "user app: ValkeyRole ghost does not exist"
+        );
+    }
+
+    #[test]
+    fn a_pattern_that_would_be_more_than_one_rule_builds_nothing() {
+        let role = reader();
+        for pattern in [
+            "* +@all", "a\tb", "x\"y", "it's", "a(b", "a)", "\u{0}", "a\nb", "",
+        ] {
+            let user = user_with_patterns("reader", &[pattern]);
+            let error = user_rules(&user, |_| Some(&role)).unwrap_err();
+            assert!(
+                matches!(&error, AclError::Invalid { field, .. } if field == "key pattern"),
+                "{pattern:?}: {error}"
+            );
+        }
+        for pattern in ["*", "orders:{eu}:*", "a[bc]?\\*", "ключ:*", "%R~x", "a|b"] {
+            let user = user_with_patterns("reader", &[pattern]);
+            assert!(user_rules(&user, |_| Some(&role)).is_ok(), "{pattern:?}");
+        }
+    }
+
+    #[test]
+    fn names_are_plain_names() {
+        for good in ["read", "keyspace", "json.get", "georadius_ro", "a-b"] {
+            assert_eq!(check_category(good), Ok(()), "{good}");
+            assert_eq!(check_command(good), Ok(()), "{good}");
+        }
+        assert_eq!(check_command("config|get"), Ok(()));
+        assert!(check_category("config|get").is_err());
+        for bad in [
+            "", "@all", "+get", "get all", "1get", "get|", "a|b|c", "~*", "all)",
+        ] {
+            assert!(check_command(bad).is_err(), "{bad:?}");
+            assert!(check_category(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_role_with_a_bad_name_builds_nothing_and_says_which() {
+        let mut role = reader();
+        role.commands[0].name = "keys +@all".into();
+        let error = user_rules(&user("reader"), |_| Some(&role)).unwrap_err();
+        assert!(
+            error.to_string().contains("ValkeyRole reader command"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_malformed_hash_builds_nothing() {
+        let mut user = user("reader");
+        user.password_hashes[0].0 = "ab cd".into();
+        let role = reader();
+        assert!(user_rules(&user, |_| Some(&role)).is_err());
     }
 }

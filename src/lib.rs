@@ -20,3 +20,4 @@ pub mod supervise;
 pub mod tls;
 pub mod valkey;
 pub mod webhook_config;
+pub mod words;

@@ -11,7 +11,7 @@ use super::impact::{config_ref_image_change, judge_config_ref_switch};
 use super::version::check_floor;
 use super::{Policy, Review, Verdict, clip};
 use crate::acl;
-use crate::api::bounds::{cap_problems, cluster_problems};
+use crate::api::bounds::{Problem, acl_syntax_problems, cap_problems, cluster_problems};
 use crate::api::{RESERVED_PREFIX, ValkeyCluster, ValkeyClusterSpec};
 use crate::fleet::Fleet;
 use crate::resolve::{self, ResolveError};
@@ -36,9 +36,9 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet, policy: &
     // An update is judged on what it makes worse: a cluster that predates a limit (or slipped
     // past admission) can still be changed, its finalizers too, without fixing everything.
     let known = old_spec
-        .map(|old| cluster_problems(review.name, old))
+        .map(|old| spec_problems(review.name, old))
         .unwrap_or_default();
-    let bounded = cluster_problems(review.name, spec)
+    let bounded = spec_problems(review.name, spec)
         .into_iter()
         .filter(|problem| !known.contains(problem))
         .chain(cap_problems(spec, old_spec, &policy.caps));
@@ -74,6 +74,13 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet, policy: &
         );
     }
     verdict
+}
+
+/// The hard limits and the ACL syntax rules.
+fn spec_problems(name: &str, spec: &ValkeyClusterSpec) -> Vec<Problem> {
+    let mut problems = cluster_problems(name, spec);
+    problems.extend(acl_syntax_problems(spec));
+    problems
 }
 
 fn check_pod_annotations(spec: &ValkeyClusterSpec, verdict: &mut Verdict) {

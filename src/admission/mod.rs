@@ -22,6 +22,7 @@ pub use role::validate_role;
 use kube::core::admission::Operation;
 
 use crate::api::bounds::Caps;
+use crate::words::some_of;
 
 /// Operator settings that change what admission allows.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -78,20 +79,6 @@ fn clip(text: String) -> String {
     clipped
 }
 
-/// "a, b, c and 9 more": a few names of a longer list.
-fn some_of<T: std::fmt::Display>(items: &[T], shown: usize) -> String {
-    let mut names: Vec<String> = items.iter().take(shown).map(ToString::to_string).collect();
-    let rest = items.len().saturating_sub(shown);
-    if rest > 0 {
-        names.push(format!("{rest} more"));
-    }
-    match names.len() {
-        0 => String::new(),
-        1 => names.remove(0),
-        n => format!("{} and {}", names[..n - 1].join(", "), names[n - 1]),
-    }
-}
-
 fn plural(count: usize, singular: &str) -> String {
     if count == 1 {
         format!("1 {singular}")
@@ -103,14 +90,6 @@ fn plural(count: usize, singular: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn some_of_names_a_few_and_counts_the_rest() {
-        assert_eq!(some_of::<String>(&[], 3), "");
-        assert_eq!(some_of(&["a"], 3), "a");
-        assert_eq!(some_of(&["a", "b"], 3), "a and b");
-        assert_eq!(some_of(&["a", "b", "c", "d", "e"], 3), "a, b, c and 2 more");
-    }
 
     #[test]
     fn clip_keeps_warnings_under_the_api_server_limit() {

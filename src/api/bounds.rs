@@ -13,6 +13,7 @@ use super::names;
 use super::{
     AclUser, Placement, ValkeyClusterSpec, ValkeyConfigSpec, ValkeyImageSpec, ValkeyRoleSpec,
 };
+use crate::acl;
 
 /// Every shard owns at least one of Valkey's 16384 slots.
 pub const MAX_SHARDS: i32 = 16384;
@@ -134,6 +135,37 @@ pub fn cluster_problems(name: &str, spec: &ValkeyClusterSpec) -> Vec<Problem> {
     problems.0
 }
 
+/// ACL text Valkey would not read as the rule it seems to be: key patterns with whitespace,
+/// quotes or parentheses, and password hashes that are not 64 hex digits. Kept apart from
+/// [`cluster_problems`] because the controller does not stop a cluster for them: it leaves
+/// that user as it is and says so in `AclApplied` (see [`crate::acl`]).
+pub fn acl_syntax_problems(spec: &ValkeyClusterSpec) -> Vec<Problem> {
+    let mut problems = Problems::default();
+    for (index, user) in spec.acl.iter().enumerate().take(MAX_ACL_USERS) {
+        let at = format!("spec.acl[{index}]");
+        for (h, hash) in user
+            .password_hashes
+            .iter()
+            .enumerate()
+            .take(MAX_PASSWORD_HASHES)
+        {
+            problems.check(
+                format!("{at}.passwordHashes[{h}]"),
+                acl::check_password_hash(&hash.0),
+            );
+        }
+        for (granted, permission) in user.permissions.iter().enumerate().take(MAX_PERMISSIONS) {
+            for (k, key) in permission.keys.iter().enumerate().take(MAX_KEY_PATTERNS) {
+                problems.check(
+                    format!("{at}.permissions[{granted}].keys[{k}].pattern"),
+                    acl::check_key_pattern(&key.pattern),
+                );
+            }
+        }
+    }
+    problems.0
+}
+
 /// What the limits refuse in a ValkeyConfig: too many settings, or a value too long.
 pub fn config_problems(spec: &ValkeyConfigSpec) -> Vec<Problem> {
     let mut problems = Problems::default();
@@ -158,16 +190,23 @@ pub fn config_problems(spec: &ValkeyConfigSpec) -> Vec<Problem> {
     problems.0
 }
 
-/// What the limits refuse in a ValkeyRole: too many entries, or a name too long.
+/// A check of one name, saying why it is refused.
+type NameCheck = fn(&str) -> Result<(), String>;
+
+/// What the limits refuse in a ValkeyRole: too many entries, or a name too long or not a
+/// plain category or command name.
 pub fn role_problems(spec: &ValkeyRoleSpec) -> Vec<Problem> {
     let mut problems = Problems::default();
-    for (field, entries) in [
-        ("spec.categories", &spec.categories),
-        ("spec.commands", &spec.commands),
-    ] {
+    let lists: [(&str, _, NameCheck); 2] = [
+        ("spec.categories", &spec.categories, acl::check_category),
+        ("spec.commands", &spec.commands, acl::check_command),
+    ];
+    for (field, entries, check) in lists {
         if problems.at_most(field, entries.len(), MAX_ROLE_ENTRIES, "entries") {
             for (index, entry) in entries.iter().enumerate() {
-                problems.length(format!("{field}[{index}].name"), &entry.name, MAX_ROLE_NAME);
+                let at = format!("{field}[{index}].name");
+                problems.length(at.clone(), &entry.name, MAX_ROLE_NAME);
+                problems.check(at, check(&entry.name));
             }
         }
     }

@@ -127,7 +127,12 @@ pub struct AclPermission {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KeyPermission {
-    #[schemars(length(min = 1, max = 256))]
+    /// A glob over key names; no whitespace, quotes, parentheses or control characters,
+    /// which Valkey's ACL parser would read as more rules.
+    #[schemars(
+        length(min = 1, max = 256),
+        regex(pattern = r#"^[^\x00-\x20\x7f"'()]+$"#)
+    )]
     pub pattern: String,
     pub access: KeyAccess,
 }

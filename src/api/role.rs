@@ -37,7 +37,12 @@ pub struct ValkeyRoleSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Permission {
-    #[schemars(length(min = 1, max = 64))]
+    /// A plain name: a letter, then letters, digits, `_`, `-` or `.`; a command may name a
+    /// subcommand as `config|get`.
+    #[schemars(
+        length(min = 1, max = 64),
+        regex(pattern = r"^[A-Za-z][A-Za-z0-9_.-]*(\|[A-Za-z][A-Za-z0-9_.-]*)?$")
+    )]
     pub name: String,
     pub access: Access,
 }

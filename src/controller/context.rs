@@ -22,6 +22,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
+    /// What each node's users were last written as (see [`super::live::AppliedAcl`]).
+    pub applied_acl: super::live::AppliedAcl,
     /// The election's word, checked before acting (see [`super::leader::Leadership`]).
     pub leadership: tokio::sync::watch::Receiver<super::leader::Leadership>,
 }

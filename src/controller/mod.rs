@@ -103,6 +103,7 @@ pub async fn run(
         recorder: Recorder::new(client.clone(), Reporter::from("valkey-operator")),
         metrics,
         backoff: Backoff::default(),
+        applied_acl: Default::default(),
         leadership: leading.clone(),
     });
     loop {

@@ -30,7 +30,9 @@ use super::events::{ClusterEvent, publish};
 use super::host::{KubeHost, MANAGER, delete_node};
 use super::observe::{StoredStatus, memory_of, read_nodes, read_status};
 use super::render::ClusterRender;
-use super::status::{PassReport, Reason, degraded, progress, set_condition, summarize};
+use super::status::{
+    PassReport, Reason, acl_applied, degraded, progress, set_condition, summarize,
+};
 use super::{act, live, membership};
 use crate::api::annotations::RETRY_FAILOVERS;
 use crate::api::bounds::{Problem, cluster_problems};
@@ -39,6 +41,7 @@ use crate::execute::{self, NodeHost, StepInputs, observe::observe};
 use crate::fleet::ClusterKey;
 use crate::resolve::{self, EffectiveConfig};
 use crate::roll::{DesiredShape, RollMemory, Step, plan};
+use crate::words::first_of;
 
 /// The finalizer that retires a cluster's nodes before it goes.
 pub const FINALIZER: &str = "valkey.gomomento.com/retire-nodes";
@@ -119,7 +122,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         &progress(&desired, &observed, &step),
     );
     tracing::info!(cluster = %cluster.name_any(), %namespace, %step, "planned");
-    let (users, acl_problems) = live::desired_acl(&ctx.fleet, cluster);
+    let (users, unbuilt) = live::desired_acl(&ctx.fleet, cluster);
     let inputs = StepInputs {
         desired: &desired,
         acl: &users,
@@ -131,16 +134,31 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     if let Err(error) = &acted {
         tracing::warn!(cluster = %cluster.name_any(), %step, %error, "step failed");
     }
+    let members = host.members();
+    // Users on every pass, so a removed user or rotated password holds during a long roll.
+    let refusals = live::apply_acl(
+        &ctx.applied_acl,
+        &cluster_key(cluster),
+        &members,
+        &observed,
+        &users,
+        ctx.timeouts.call,
+    )
+    .await;
     if matches!(step, Step::Converged) {
-        for problem in &acl_problems {
-            publish(&ctx.recorder, cluster, problem).await;
+        for problem in &unbuilt {
+            let problem = problem.to_string();
+            publish(
+                &ctx.recorder,
+                cluster,
+                &ClusterEvent::AclRoleMissing { problem },
+            )
+            .await;
         }
-        let members = host.members();
-        live::apply(
+        live::apply_settings(
             &members,
             &observed,
             &render.live_settings(),
-            &users,
             ctx.timeouts.call,
         )
         .await;
@@ -154,7 +172,15 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         step: &step,
         failure: acted.as_ref().err().map(ToString::to_string),
     };
-    let status = summarize(&stored.status, &report, Time(Timestamp::now()));
+    let now = Time(Timestamp::now());
+    let mut status = summarize(&stored.status, &report, now.clone());
+    let acl = acl_applied(&unbuilt, &refusals);
+    set_condition(
+        &mut status.conditions,
+        acl,
+        cluster.metadata.generation,
+        now,
+    );
     write_status(ctx, cluster, status).await?;
     acted?;
     // Only a pass that got this far resets the backoff: one waiting for its config keeps it.
@@ -196,16 +222,7 @@ async fn spec_out_of_bounds(
     stored: &StoredStatus,
     problems: &[Problem],
 ) -> Result<Action, Error> {
-    const SHOWN: usize = 5;
-    let mut said: Vec<String> = problems
-        .iter()
-        .take(SHOWN)
-        .map(ToString::to_string)
-        .collect();
-    if problems.len() > SHOWN {
-        said.push(format!("and {} more", problems.len() - SHOWN));
-    }
-    let problems = said.join("; ");
+    let problems = first_of(problems, 5);
     publish(
         &ctx.recorder,
         cluster,
@@ -278,6 +295,7 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     };
     publish(&ctx.recorder, cluster, &deleted).await;
     ctx.metrics.forget_cluster(&namespace, &cluster.name_any());
+    ctx.applied_acl.forget(&cluster_key(cluster));
     Ok(Action::await_change())
 }
 

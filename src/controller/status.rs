@@ -9,12 +9,15 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use super::live::NodeRefusal;
+use crate::acl::AclError;
 use crate::api::{
     ClusterNodeStatus, ClusterState, NodeRole, ShardStatus, ValkeyClusterStatus, ValkeyNode,
 };
 use crate::metrics::RollProgress;
 use crate::roll::slots::SLOT_COUNT;
 use crate::roll::{DesiredShape, ObservedNode, Role, Step};
+use crate::words::first_of;
 
 /// The conditions a ValkeyCluster reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +28,8 @@ pub enum ConditionType {
     Progressing,
     /// Something stops the work: a stall, a failed step, a config that does not resolve.
     Degraded,
+    /// Every reachable node has the users `spec.acl` names, as written.
+    AclApplied,
 }
 
 /// Why a condition has its status.
@@ -42,6 +47,14 @@ pub enum Reason {
     SpecOutOfBounds,
     /// An object the cluster would own (its Service or budget) belongs to someone else.
     NameConflict,
+    /// Every user is written on every reachable node.
+    UsersApplied,
+    /// A user names a ValkeyRole that does not exist (that user is left as it is).
+    RoleMissing,
+    /// A user's patterns or its roles' names cannot be ACL rules (that user is left as it is).
+    InvalidAcl,
+    /// A node refused a user's rules; its words are in the message.
+    NodeRefused,
 }
 
 impl ConditionType {
@@ -50,6 +63,7 @@ impl ConditionType {
             ConditionType::Ready => "Ready",
             ConditionType::Progressing => "Progressing",
             ConditionType::Degraded => "Degraded",
+            ConditionType::AclApplied => "AclApplied",
         }
     }
 }
@@ -67,6 +81,10 @@ impl Reason {
             Reason::ConfigUnresolved => "ConfigUnresolved",
             Reason::SpecOutOfBounds => "SpecOutOfBounds",
             Reason::NameConflict => "NameConflict",
+            Reason::UsersApplied => "UsersApplied",
+            Reason::RoleMissing => "RoleMissing",
+            Reason::InvalidAcl => "InvalidAcl",
+            Reason::NodeRefused => "NodeRefused",
         }
     }
 }
@@ -127,6 +145,37 @@ pub fn degraded(reason: Reason, message: String) -> Verdict {
     Verdict {
         type_: ConditionType::Degraded,
         status: true,
+        reason,
+        message,
+    }
+}
+
+/// `AclApplied`: false while a node refuses a user or a user cannot be built, naming them.
+pub fn acl_applied(unbuilt: &[AclError], refusals: &[NodeRefusal]) -> Verdict {
+    const SHOWN: usize = 3;
+    let (status, reason, message) = if !refusals.is_empty() {
+        let said: Vec<String> = refusals
+            .iter()
+            .map(|r| format!("node {}: {}", r.node, r.refusal))
+            .collect();
+        (false, Reason::NodeRefused, first_of(&said, SHOWN))
+    } else if let Some(first) = unbuilt.first() {
+        let reason = match first {
+            AclError::RoleMissing { .. } => Reason::RoleMissing,
+            AclError::Invalid { .. } => Reason::InvalidAcl,
+        };
+        let message = format!(
+            "not applied (left as they are): {}",
+            first_of(unbuilt, SHOWN)
+        );
+        (false, reason, message)
+    } else {
+        let message = "every user in spec.acl is written on every reachable node".to_string();
+        (true, Reason::UsersApplied, message)
+    };
+    Verdict {
+        type_: ConditionType::AclApplied,
+        status,
         reason,
         message,
     }

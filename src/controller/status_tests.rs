@@ -232,3 +232,53 @@ fn progress_counts_up_to_date_shards_and_outdated_nodes() {
     let progress = super::progress(&desired("r2"), &observed, &stalled);
     assert_eq!(progress.stalled, Some("no_primary"));
 }
+
+#[test]
+fn acl_applied_names_the_refusing_node_first_then_unbuilt_users() {
+    let refusal = |node: &str| NodeRefusal {
+        node: node.into(),
+        refusal: crate::execute::acl::Refusal {
+            user: "app".into(),
+            error: "ERR Error in ACL SETUSER modifier '+nosuch': Unknown command".into(),
+        },
+    };
+    let missing = AclError::RoleMissing {
+        user: "app".into(),
+        role: "ghost".into(),
+    };
+    let refused = acl_applied(
+        std::slice::from_ref(&missing),
+        &[refusal("a-0-x"), refusal("a-0-y")],
+    );
+    assert!(!refused.status);
+    assert_eq!(refused.reason, Reason::NodeRefused);
+    assert!(
+        refused
+            .message
+            .starts_with("node a-0-x: user app: ERR Error in ACL SETUSER"),
+        "{}",
+        refused.message
+    );
+    assert!(
+        refused.message.contains("; node a-0-y: "),
+        "{}",
+        refused.message
+    );
+
+    let unbuilt = acl_applied(&[missing], &[]);
+    assert!(!unbuilt.status);
+    assert_eq!(unbuilt.reason, Reason::RoleMissing);
+    assert!(unbuilt.message.contains("ValkeyRole ghost does not exist"));
+
+    let invalid = AclError::Invalid {
+        user: "app".into(),
+        field: "key pattern".into(),
+        message: "bad".into(),
+    };
+    assert_eq!(acl_applied(&[invalid], &[]).reason, Reason::InvalidAcl);
+
+    let fine = acl_applied(&[], &[]);
+    assert!(fine.status);
+    assert_eq!(fine.type_, ConditionType::AclApplied);
+    assert_eq!(fine.reason, Reason::UsersApplied);
+}

@@ -1,18 +1,20 @@
 //! A cluster's ACL users as the executor writes them on a node: every user the spec names,
 //! each whole in one `ACL SETUSER`, and every other user but `default` deleted. The rules are
-//! rendered purely in [`crate::acl`]; this is the part that talks to a node.
+//! built purely in [`crate::acl`]; this is the part that talks to a node. A user the node
+//! refuses is reported, not fatal: the node's other users, and the roll, go on.
 
 use std::collections::BTreeSet;
+use std::fmt;
 
-use crate::acl::DEFAULT_USER;
+use crate::acl::{self, DEFAULT_USER, Rule};
 use crate::valkey::{self, NodeClient};
 
 /// The users a cluster's nodes should have.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DesiredAcl {
     /// Each user's name and its `ACL SETUSER` rules.
-    pub users: Vec<(String, Vec<String>)>,
-    /// Users the spec names, even those that could not be rendered (left as they are): every
+    pub users: Vec<(String, Vec<Rule>)>,
+    /// Users the spec names, even those that could not be built (left as they are): every
     /// other user but `default` (which [`apply_users`] never deletes) is deleted.
     pub keep: BTreeSet<String>,
 }
@@ -24,10 +26,35 @@ impl DesiredAcl {
     }
 }
 
-/// Writes the users on one node and deletes the ones the spec no longer names.
-pub async fn apply_users(client: &NodeClient, desired: &DesiredAcl) -> valkey::Result<()> {
+/// A user a node would not take, with the node's own words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub user: String,
+    pub error: String,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "user {}: {}", self.user, self.error)
+    }
+}
+
+/// Writes the users on one node and deletes the ones the spec no longer names. Returns the
+/// users the node refused; fails only when the node cannot be talked to.
+pub async fn apply_users(
+    client: &NodeClient,
+    desired: &DesiredAcl,
+) -> valkey::Result<Vec<Refusal>> {
+    let mut refused = Vec::new();
     for (username, rules) in &desired.users {
-        client.acl_set_user(username, rules).await?;
+        match client.acl_set_user(username, &acl::arguments(rules)).await {
+            Ok(()) => {}
+            Err(error) if error.is_refusal() => refused.push(Refusal {
+                user: username.clone(),
+                error: error.to_string(),
+            }),
+            Err(error) => return Err(error),
+        }
     }
     for stale in client
         .acl_users()
@@ -37,5 +64,5 @@ pub async fn apply_users(client: &NodeClient, desired: &DesiredAcl) -> valkey::R
     {
         client.acl_del_user(stale).await?;
     }
-    Ok(())
+    Ok(refused)
 }

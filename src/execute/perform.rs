@@ -119,7 +119,12 @@ async fn activate<H: NodeHost>(
     node: &str,
     inputs: &StepInputs<'_>,
 ) -> Result<Outcome, H> {
-    apply_users(&client(host, node, inputs.timeouts).await?, inputs.acl).await?;
+    // A user the node refuses does not keep it from serving: the controller's next pass says
+    // so in `AclApplied` and keeps trying, and the roll of healthy nodes goes on.
+    let refused = apply_users(&client(host, node, inputs.timeouts).await?, inputs.acl).await?;
+    if !refused.is_empty() {
+        tracing::warn!(%node, refused = refused.len(), "node refused some ACL users");
+    }
     host.mark_active(node).await.map_err(StepError::Host)?;
     Ok(Outcome::Done)
 }

@@ -60,6 +60,15 @@ pub enum EngineError {
 
 impl EngineError {
     /// A small, bounded label for metrics.
+    /// The node answered with an error (it refused the command), as opposed to not answering.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            EngineError::Command { source, .. }
+                if matches!(source.kind(), redis::ErrorKind::Server(_) | redis::ErrorKind::Extension)
+        )
+    }
+
     pub fn category(&self) -> &'static str {
         match self {
             EngineError::Command { .. } => "command",

@@ -279,3 +279,53 @@ fn a_cluster_past_a_limit_can_still_change_and_leave() {
         joined(&verdict)
     );
 }
+
+#[test]
+fn a_key_pattern_that_would_grant_more_is_refused_naming_the_field() {
+    let mut fleet = fleet();
+    fleet.upsert_role("reader", ValkeyRoleSpec::default());
+    let user = |pattern: &str| AclUser {
+        username: "app".into(),
+        password_hashes: vec![],
+        permissions: vec![AclPermission {
+            role_ref: "reader".into(),
+            keys: vec![KeyPermission {
+                pattern: pattern.into(),
+                access: KeyAccess::Read,
+            }],
+        }],
+    };
+    let mut injected = cluster("team-a", "orders", "standard");
+    injected.spec.acl = vec![user("* +@all")];
+    let verdict = validate_cluster(
+        &review(Operation::Create, "orders", Some(&injected), None),
+        &fleet,
+        &Policy::default(),
+    );
+    assert_eq!(verdict.denials.len(), 1, "{}", joined(&verdict));
+    assert!(
+        verdict.denials[0]
+            .starts_with("spec.acl[0].permissions[0].keys[0].pattern: \"* +@all\" holds ' '"),
+        "{}",
+        joined(&verdict)
+    );
+
+    // A cluster that already holds such a pattern can still change something else.
+    let mut changed = injected.clone();
+    changed.spec.shards = 3;
+    let verdict = validate_cluster(
+        &review(Operation::Update, "orders", Some(&changed), Some(&injected)),
+        &fleet,
+        &Policy::default(),
+    );
+    assert!(verdict.allowed(), "{}", joined(&verdict));
+
+    let mut plain = injected.clone();
+    plain.spec.acl = vec![user("orders:{eu}:*")];
+    let verdict = validate_cluster(
+        &review(Operation::Create, "orders", Some(&plain), None),
+        &fleet,
+        &Policy::default(),
+    );
+    assert!(verdict.allowed(), "{}", joined(&verdict));
+}

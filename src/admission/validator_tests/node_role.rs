@@ -66,6 +66,8 @@ fn nodes_come_from_the_operator_and_roles_name_things_once() {
     );
     let verdict = validate_role(&review(Operation::Create, "reader", Some(&role), None));
     assert_eq!(verdict.denials.len(), 2, "{}", joined(&verdict));
-    assert!(verdict.denials[0].contains("write \"read\" without ACL syntax"));
+    assert!(
+        verdict.denials[0].contains("spec.categories[0].name: write \"read\" without ACL syntax")
+    );
     assert!(verdict.denials[1].contains("\"WRITE\" is listed twice"));
 }
