@@ -12,7 +12,7 @@
 
 use std::fmt;
 
-use crate::api::{Access, AclPermission, AclUser, KeyAccess, ValkeyRoleSpec};
+use crate::api::{Access, AclPermission, AclUser, KeyAccess, SecretKeyRef, ValkeyRoleSpec};
 
 /// Valkey's built-in user: never rewritten or deleted by the operator.
 pub const DEFAULT_USER: &str = "default";
@@ -104,8 +104,15 @@ pub enum Rule {
     Selector(Selector),
 }
 
-/// `(%R~pattern … +@category … -command …)`: categories first, so a single command can be
-/// carved out of (or added to) a category.
+/// Taken from every tenant selector, whatever its role grants, and last so no grant comes
+/// after: administrative commands (`CONFIG`, `ACL`, `CLUSTER MEET`/`RESET`/`FAILOVER`,
+/// `SHUTDOWN`, `DEBUG`, …) are the operator's, and the keyless commands that reach every key
+/// would cross the key patterns that keep one user's keys from another's. (`@write` alone
+/// grants `FLUSHALL`.)
+pub const ALWAYS_DENIED: [&str; 4] = ["-@admin", "-flushall", "-flushdb", "-swapdb"];
+
+/// `(%R~pattern … +@category … -command … -@admin …)`: categories first, so a single command
+/// can be carved out of (or added to) a category, then [`ALWAYS_DENIED`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Selector {
     keys: Vec<(KeyAccess, String)>,
@@ -142,7 +149,12 @@ impl fmt::Display for Selector {
             .commands
             .iter()
             .map(|(access, name)| format!("{}{name}", sign(*access)));
-        let parts: Vec<String> = keys.chain(categories).chain(commands).collect();
+        let denied = ALWAYS_DENIED.iter().map(ToString::to_string);
+        let parts: Vec<String> = keys
+            .chain(categories)
+            .chain(commands)
+            .chain(denied)
+            .collect();
         write!(f, "({})", parts.join(" "))
     }
 }
@@ -165,12 +177,16 @@ pub enum AclError {
         field: String,
         message: String,
     },
+    #[error("user {user}: passwordSecretRef: {problem}")]
+    SecretUnreadable { user: String, problem: String },
 }
 
-/// The `ACL SETUSER` rules of one user, or why there are none.
+/// The `ACL SETUSER` rules of one user, or why there are none. `secret_hash` gives the SHA-256
+/// of the password a Secret holds (the password itself never reaches this module).
 pub fn user_rules<'a>(
     user: &AclUser,
     role: impl Fn(&str) -> Option<&'a ValkeyRoleSpec>,
+    secret_hash: impl Fn(&SecretKeyRef) -> Result<String, String>,
 ) -> Result<Vec<Rule>, AclError> {
     let invalid = |field: String, message: String| AclError::Invalid {
         user: user.username.clone(),
@@ -181,6 +197,13 @@ pub fn user_rules<'a>(
     for hash in &user.password_hashes {
         check_password_hash(&hash.0).map_err(|m| invalid("passwordHashes".into(), m))?;
         rules.push(Rule::PasswordHash(hash.0.clone()));
+    }
+    if let Some(secret) = &user.password_secret_ref {
+        let hash = secret_hash(secret).map_err(|problem| AclError::SecretUnreadable {
+            user: user.username.clone(),
+            problem,
+        })?;
+        rules.push(Rule::PasswordHash(hash));
     }
     for permission in &user.permissions {
         let spec = role(&permission.role_ref).ok_or_else(|| AclError::RoleMissing {
@@ -231,6 +254,10 @@ mod tests {
     use super::*;
     use crate::api::{KeyPermission, PasswordHash, Permission};
 
+    fn no_secret(secret: &SecretKeyRef) -> Result<String, String> {
+        Err(format!("Secret {} was not expected", secret.name))
+    }
+
     fn reader() -> ValkeyRoleSpec {
         ValkeyRoleSpec {
             categories: vec![Permission {
@@ -248,6 +275,7 @@ mod tests {
         AclUser {
             username: "app".into(),
             password_hashes: vec![PasswordHash("ab".repeat(32))],
+            password_secret_ref: None,
             permissions: vec![AclPermission {
                 role_ref: role_ref.into(),
                 keys: patterns
@@ -269,21 +297,25 @@ mod tests {
     #[test]
     fn a_permission_is_one_selector_over_its_keys() {
         let role = reader();
-        let rules = user_rules(&user("reader"), |name| (name == "reader").then_some(&role));
+        let rules = user_rules(
+            &user("reader"),
+            |name| (name == "reader").then_some(&role),
+            no_secret,
+        );
         assert_eq!(
             arguments(&rules.unwrap()),
             [
                 "reset".to_string(),
                 "on".into(),
                 format!("#{}", "ab".repeat(32)),
-                "(%R~orders:* ~cache:* +@read -keys)".into(),
+                "(%R~orders:* ~cache:* +@read -keys -@admin -flushall -flushdb -swapdb)".into(),
             ]
         );
     }
 
     #[test]
     fn a_missing_role_is_named() {
-        let error = user_rules(&user("ghost"), |_| None).unwrap_err();
+        let error = user_rules(&user("ghost"), |_| None, no_secret).unwrap_err();
         assert_eq!(
             error.to_string(),
             "user app: ValkeyRole ghost does not exist"
@@ -297,7 +329,7 @@ mod tests {
             "* +@all", "a\tb", "x\"y", "it's", "a(b", "a)", "\u{0}", "a\nb", "",
         ] {
             let user = user_with_patterns("reader", &[pattern]);
-            let error = user_rules(&user, |_| Some(&role)).unwrap_err();
+            let error = user_rules(&user, |_| Some(&role), no_secret).unwrap_err();
             assert!(
                 matches!(&error, AclError::Invalid { field, .. } if field == "key pattern"),
                 "{pattern:?}: {error}"
@@ -305,7 +337,10 @@ mod tests {
         }
         for pattern in ["*", "orders:{eu}:*", "a[bc]?\\*", "ключ:*", "%R~x", "a|b"] {
             let user = user_with_patterns("reader", &[pattern]);
-            assert!(user_rules(&user, |_| Some(&role)).is_ok(), "{pattern:?}");
+            assert!(
+                user_rules(&user, |_| Some(&role), no_secret).is_ok(),
+                "{pattern:?}"
+            );
         }
     }
 
@@ -329,10 +364,28 @@ mod tests {
     fn a_role_with_a_bad_name_builds_nothing_and_says_which() {
         let mut role = reader();
         role.commands[0].name = "keys +@all".into();
-        let error = user_rules(&user("reader"), |_| Some(&role)).unwrap_err();
+        let error = user_rules(&user("reader"), |_| Some(&role), no_secret).unwrap_err();
         assert!(
             error.to_string().contains("ValkeyRole reader command"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn a_secret_password_is_one_more_hash_and_an_unreadable_one_builds_nothing() {
+        let role = reader();
+        let mut user = user("reader");
+        user.password_secret_ref = Some(SecretKeyRef {
+            name: "app".into(),
+            key: "password".into(),
+        });
+        let found = |_: &SecretKeyRef| Ok("cd".repeat(32));
+        let rules = user_rules(&user, |_| Some(&role), found).unwrap();
+        assert_eq!(rules[3], Rule::PasswordHash("cd".repeat(32)));
+        let error = user_rules(&user, |_| Some(&role), no_secret).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "user app: passwordSecretRef: Secret app was not expected"
         );
     }
 
@@ -341,6 +394,6 @@ mod tests {
         let mut user = user("reader");
         user.password_hashes[0].0 = "ab cd".into();
         let role = reader();
-        assert!(user_rules(&user, |_| Some(&role)).is_err());
+        assert!(user_rules(&user, |_| Some(&role), no_secret).is_err());
     }
 }

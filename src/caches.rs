@@ -143,6 +143,14 @@ impl Indexed for ValkeyCluster {
             .map(|permission| permission.role_ref.clone())
             .collect();
         fleet.set_cluster_roles(&key, roles);
+        let secrets = self
+            .spec
+            .acl
+            .iter()
+            .filter_map(|user| user.password_secret_ref.as_ref())
+            .map(|secret| secret.name.clone())
+            .collect();
+        fleet.set_cluster_secrets(&key, secrets);
     }
     fn remove(&self, fleet: &mut Fleet) {
         fleet.remove_cluster(&cluster_key(self));

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::PostParams;
 use kube::{Api, Client};
 
 use tokio::sync::{broadcast, watch};
@@ -159,13 +161,31 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// The operator's own identity as the API server sees it (a SelfSubjectReview, which every
+/// authenticated user may create), so admission knows whose ValkeyNode writes to allow.
+async fn whoami(client: &Client) -> anyhow::Result<String> {
+    let reviews: Api<SelfSubjectReview> = Api::all(client.clone());
+    let review = reviews
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .context("asking the API server who the operator is (SelfSubjectReview)")?;
+    review
+        .status
+        .and_then(|status| status.user_info)
+        .and_then(|user| user.username)
+        .context("the API server's SelfSubjectReview named no user")
+}
+
 async fn load_settings(client: &Client, namespace: &str) -> anyhow::Result<OperatorSettings> {
     let config_map = Api::<ConfigMap>::namespaced(client.clone(), namespace)
         .get_opt(CONFIG_MAP)
         .await
         .with_context(|| format!("reading ConfigMap {namespace}/{CONFIG_MAP}"))?;
     let data = config_map.and_then(|c| c.data).unwrap_or_default();
-    Ok(OperatorSettings::from_data(&data)?)
+    Ok(OperatorSettings {
+        operator_namespace: namespace.to_owned(),
+        ..OperatorSettings::from_data(&data)?
+    })
 }
 
 /// `hostname-pid`, unique enough to tell replicas apart outside a cluster.
@@ -192,13 +212,15 @@ async fn serve(
         .context("connecting to the Kubernetes API (KUBECONFIG or in-cluster)")?;
     let settings = load_settings(&client, namespace).await?;
     tracing::info!(?settings, "operator settings");
+    let me = whoami(&client).await?;
+    tracing::info!(user = %me, "only this identity may write ValkeyNodes");
     let listener =
         std::net::TcpListener::bind(listen).with_context(|| format!("listening on {listen}"))?;
     let state = AppState {
         fleet: Arc::new(RwLock::new(Fleet::default())),
         readiness: Arc::new(Readiness::default()),
         metrics: Arc::new(Metrics::new()?),
-        policy: Arc::new(settings.admission_policy()),
+        policy: Arc::new(settings.admission_policy(Some(me))),
         limits: ServerLimits::default(),
     };
     let health = Arc::new(Health::default());

@@ -44,6 +44,9 @@ pub struct Fleet {
     roles: HashMap<String, ValkeyRoleSpec>,
     cluster_roles: HashMap<ClusterKey, BTreeSet<String>>,
     clusters_by_role: HashMap<String, BTreeSet<ClusterKey>>,
+    /// Secrets (of the cluster's own namespace) a cluster's users name, and back.
+    cluster_secrets: HashMap<ClusterKey, BTreeSet<String>>,
+    clusters_by_secret: HashMap<ClusterKey, BTreeSet<ClusterKey>>,
 }
 
 fn unlink<K: Ord>(map: &mut HashMap<String, BTreeSet<K>>, key: &str, member: &K) {
@@ -108,6 +111,40 @@ impl Fleet {
             unlink(&mut self.clusters_by_config, &old, key);
         }
         self.set_cluster_roles(key, BTreeSet::new());
+        self.set_cluster_secrets(key, BTreeSet::new());
+    }
+
+    /// The Secrets a cluster reads, by name in its own namespace (replacing what it read before).
+    pub fn set_cluster_secrets(&mut self, key: &ClusterKey, secrets: BTreeSet<String>) {
+        for secret in self.cluster_secrets.remove(key).into_iter().flatten() {
+            let secret = ClusterKey::new(&key.namespace, secret);
+            if let Some(clusters) = self.clusters_by_secret.get_mut(&secret) {
+                clusters.remove(key);
+                if clusters.is_empty() {
+                    self.clusters_by_secret.remove(&secret);
+                }
+            }
+        }
+        for secret in &secrets {
+            self.clusters_by_secret
+                .entry(ClusterKey::new(&key.namespace, secret))
+                .or_default()
+                .insert(key.clone());
+        }
+        if !secrets.is_empty() {
+            self.cluster_secrets.insert(key.clone(), secrets);
+        }
+    }
+
+    /// Clusters that read the Secret `namespace/name`.
+    pub fn clusters_using_secret(&self, namespace: &str, name: &str) -> Vec<ClusterKey> {
+        let secret = ClusterKey::new(namespace, name);
+        self.clusters_by_secret
+            .get(&secret)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect()
     }
 
     /// The ValkeyRoles a cluster's ACL users name (replacing what it named before).
@@ -253,6 +290,37 @@ mod tests {
         assert_eq!(
             names(&fleet.clusters_resolving_through("other")),
             ["d/four"]
+        );
+    }
+
+    #[test]
+    fn a_secret_reaches_the_clusters_of_its_namespace_that_read_it() {
+        let mut fleet = Fleet::default();
+        let one = ClusterKey::new("a", "one");
+        let two = ClusterKey::new("a", "two");
+        let other = ClusterKey::new("b", "one");
+        for key in [&one, &two, &other] {
+            fleet.upsert_cluster(key.clone(), "standard");
+            fleet.set_cluster_secrets(key, ["app-password".to_string()].into());
+        }
+        assert_eq!(
+            names(&fleet.clusters_using_secret("a", "app-password")),
+            ["a/one", "a/two"]
+        );
+        fleet.set_cluster_secrets(&two, ["rotated".to_string()].into());
+        assert_eq!(
+            names(&fleet.clusters_using_secret("a", "app-password")),
+            ["a/one"]
+        );
+        assert_eq!(
+            names(&fleet.clusters_using_secret("a", "rotated")),
+            ["a/two"]
+        );
+        fleet.remove_cluster(&one);
+        assert!(fleet.clusters_using_secret("a", "app-password").is_empty());
+        assert_eq!(
+            names(&fleet.clusters_using_secret("b", "app-password")),
+            ["b/one"]
         );
     }
 

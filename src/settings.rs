@@ -19,6 +19,9 @@ pub struct OperatorSettings {
     pub fleet_roll_ack_threshold: Option<usize>,
     /// The largest cluster admission lets a tenant create or grow to.
     pub caps: Caps,
+    /// The namespace the operator runs in (its own, not a ConfigMap key): every cluster's
+    /// NetworkPolicy lets the operator's Pods in from there.
+    pub operator_namespace: String,
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -75,10 +78,11 @@ impl OperatorSettings {
         Ok(settings)
     }
 
-    pub fn admission_policy(&self) -> Policy {
+    pub fn admission_policy(&self, node_writer: Option<String>) -> Policy {
         Policy {
             fleet_roll_ack_threshold: self.fleet_roll_ack_threshold,
             caps: self.caps,
+            node_writer,
         }
     }
 }
@@ -119,7 +123,10 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(parsed.default_zone_spread, ZoneSpread::Required);
-        assert_eq!(parsed.admission_policy().fleet_roll_ack_threshold, Some(20));
+        assert_eq!(
+            parsed.admission_policy(None).fleet_roll_ack_threshold,
+            Some(20)
+        );
         assert_eq!(parsed.caps, Caps::default());
         let capped = OperatorSettings::from_data(&data(&[
             ("maxShards", "16"),
@@ -127,7 +134,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(
-            capped.admission_policy().caps,
+            capped.admission_policy(None).caps,
             Caps {
                 max_shards: 16,
                 max_replicas_per_shard: 0

@@ -1062,7 +1062,7 @@ fn annotation_key() -> impl Strategy<Value = String> {
 
 fn acl_user() -> impl Strategy<Value = AclUser> {
     let key = (
-        "[a-z:*?]{0,20}|.{250,260}",
+        "[a-z:*?]{0,20}|.{250,260}|[a-z]{1,3} [+~(%@][a-z@*]{1,4}",
         prop::sample::select(vec![
             KeyAccess::Read,
             KeyAccess::Write,
@@ -1076,12 +1076,22 @@ fn acl_user() -> impl Strategy<Value = AclUser> {
         prop_oneof![3 => "[a-z]{1,10}", 1 => Just("default".to_string()), 1 => odd_string()],
         prop::collection::vec("[0-9a-f]{64}|.{0,10}".prop_map(PasswordHash), 0..3),
         prop::collection::vec(permission, 0..3),
+        prop::option::of(
+            (
+                prop_oneof![name(), odd_string()],
+                prop_oneof!["[a-z.]{1,10}", odd_string()],
+            )
+                .prop_map(|(name, key)| SecretKeyRef { name, key }),
+        ),
     )
-        .prop_map(|(username, password_hashes, permissions)| AclUser {
-            username,
-            password_hashes,
-            permissions,
-        })
+        .prop_map(
+            |(username, password_hashes, permissions, password_secret_ref)| AclUser {
+                username,
+                password_hashes,
+                permissions,
+                password_secret_ref,
+            },
+        )
 }
 
 fn placement() -> impl Strategy<Value = Placement> {
@@ -1112,9 +1122,19 @@ fn cluster_spec() -> impl Strategy<Value = ValkeyClusterSpec> {
         prop::option::of(name().prop_map(|secret_ref| ClusterTls { secret_ref })),
         prop::option::of(placement()),
         prop::collection::btree_map(annotation_key(), odd_string(), 0..5),
+        prop::option::of(network()),
     )
         .prop_map(
-            |(config_ref, shards, replicas_per_shard, acl, tls, placement, pod_annotations)| {
+            |(
+                config_ref,
+                shards,
+                replicas_per_shard,
+                acl,
+                tls,
+                placement,
+                pod_annotations,
+                network,
+            )| {
                 ValkeyClusterSpec {
                     config_ref,
                     shards,
@@ -1123,9 +1143,31 @@ fn cluster_spec() -> impl Strategy<Value = ValkeyClusterSpec> {
                     tls,
                     placement,
                     pod_annotations,
+                    network,
                 }
             },
         )
+}
+
+/// Client peers with odd label keys and values, some with no selector at all.
+fn network() -> impl Strategy<Value = ClusterNetwork> {
+    let labels = || {
+        prop::option::of(
+            prop::collection::btree_map(annotation_key(), odd_string(), 0..3)
+                .prop_map(|match_labels| MatchLabels { match_labels }),
+        )
+    };
+    let peer = move || {
+        (labels(), labels()).prop_map(|(namespace_selector, pod_selector)| ClientPeer {
+            namespace_selector,
+            pod_selector,
+        })
+    };
+    prop_oneof![
+        4 => prop::collection::vec(peer(), 0..3),
+        1 => prop::collection::vec(peer(), 16..18),
+    ]
+    .prop_map(|allowed_clients| ClusterNetwork { allowed_clients })
 }
 
 fn policy() -> impl Strategy<Value = Policy> {
@@ -1136,6 +1178,7 @@ fn policy() -> impl Strategy<Value = Policy> {
                 max_shards,
                 max_replicas_per_shard,
             },
+            node_writer: Some("system:serviceaccount:valkey-system:valkey-operator".into()),
         },
     )
 }
@@ -1201,6 +1244,7 @@ fn typed_cluster_specs_never_panic_and_out_of_bounds_is_denied() {
                 namespace: Some("team-d"),
                 object: object.as_ref(),
                 old: old.as_ref(),
+                user: Some("tenant"),
             };
             let verdict = validate_cluster(&review, &fleet, &policy);
             check_verdict(&verdict)?;
@@ -1361,6 +1405,7 @@ fn review_of<'a, T>(
         namespace: None,
         object,
         old,
+        user: Some("tenant"),
     }
 }
 
@@ -1427,7 +1472,8 @@ fn typed_specs_of_the_other_kinds_never_panic() {
             .as_ref()
             .and_then(|n| n.metadata.name.clone())
             .unwrap_or_default();
-        let verdict = validate_node(&review_of(&operation, &name, object.as_ref(), old.as_ref()));
+        let review = review_of(&operation, &name, object.as_ref(), old.as_ref());
+        let verdict = validate_node(&review, &Policy::default());
         check_verdict(&verdict)?;
         check_operation(&operation, object.is_some(), &verdict)
     });

@@ -69,6 +69,12 @@ fn chart_lints_clean_and_renders_what_the_operator_needs() {
     // The Deployment: hardened, probed over HTTPS, serving on 8443 with the mounted certificate.
     let deployment = find(&objects, "Deployment");
     assert_eq!(deployment["spec"]["replicas"], 2);
+    // Every cluster's NetworkPolicy lets the operator in by this label.
+    let (key, value) = valkey_operator::controller::render::OPERATOR_POD_LABEL;
+    assert_eq!(
+        deployment["spec"]["template"]["metadata"]["labels"][key], value,
+        "the operator's Pods must carry the label the NetworkPolicies name"
+    );
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(
@@ -297,7 +303,10 @@ async fn chart_installs_upgrades_and_uninstalls_and_the_operator_runs_under_its_
         &["get", "configmap/valkey-operator-config", "-n", NAMESPACE]
     ));
     assert!(!identity.can_i(&plane, &["create", "valkeyimages.valkey.gomomento.com"]));
-    assert!(!identity.can_i(&plane, &["get", "secrets", "-n", NAMESPACE]));
+    // Secrets are read (users' passwordSecretRef), never written.
+    assert!(identity.can_i(&plane, &["get", "secrets", "-n", NAMESPACE]));
+    assert!(!identity.can_i(&plane, &["update", "secrets", "-n", NAMESPACE]));
+    assert!(!identity.can_i(&plane, &["delete", "secrets", "-n", NAMESPACE]));
     assert!(!identity.can_i(&plane, &["get", "configmap/other", "-n", NAMESPACE]));
 
     let mut operator = Operator::start(&identity, "operator.log");

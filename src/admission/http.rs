@@ -205,6 +205,7 @@ where
         namespace: request.namespace.as_deref(),
         object: object.as_ref(),
         old: old.as_ref(),
+        user: request.user_info.username.as_deref(),
     };
     let verdict = validate(&review, state);
     let mut response = if verdict.allowed() {
@@ -256,5 +257,7 @@ async fn nodes(
     State(state): State<AdmissionState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    admit::<ValkeyNode>(&state, body, |review, _| super::validate_node(review))
+    admit::<ValkeyNode>(&state, body, |review, state| {
+        super::validate_node(review, &state.policy)
+    })
 }

@@ -32,6 +32,9 @@ pub struct Policy {
     pub fleet_roll_ack_threshold: Option<usize>,
     /// The largest cluster a tenant may create or grow to.
     pub caps: Caps,
+    /// The only user that may create a ValkeyNode or change its spec: the operator's own
+    /// identity. `None` (an admission server without a controller, as in tests): anyone.
+    pub node_writer: Option<String>,
 }
 
 /// The object under review, as the validators see it.
@@ -44,6 +47,8 @@ pub struct Review<'a, T> {
     pub object: Option<&'a T>,
     /// The stored object (update, delete).
     pub old: Option<&'a T>,
+    /// Who sent the request, as the API server authenticated them.
+    pub user: Option<&'a str>,
 }
 
 /// What a validator decided: the request is allowed when `denials` is empty.

@@ -7,11 +7,13 @@
 //! The checks, in order: the cluster's name (every derived name must stay valid), the shape
 //! (shards, replicas, nodes), then each list's length and each entry's format.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use super::names;
 use super::{
-    AclUser, Placement, ValkeyClusterSpec, ValkeyConfigSpec, ValkeyImageSpec, ValkeyRoleSpec,
+    AclUser, ClusterNetwork, Placement, ValkeyClusterSpec, ValkeyConfigSpec, ValkeyImageSpec,
+    ValkeyRoleSpec,
 };
 use crate::acl;
 
@@ -34,6 +36,9 @@ pub const MAX_KEY_PATTERNS: usize = 64;
 pub const MAX_KEY_PATTERN: usize = 256;
 pub const MAX_ZONES: usize = 16;
 pub const MAX_NODE_SELECTOR: usize = 32;
+/// Peers in `spec.network.allowedClients`, and labels in one of their selectors.
+pub const MAX_CLIENT_PEERS: usize = 16;
+pub const MAX_SELECTOR_LABELS: usize = 16;
 pub const MAX_POD_ANNOTATIONS: usize = 64;
 /// Keys and values together; Kubernetes allows 256 KiB of annotations per object in all.
 pub const MAX_POD_ANNOTATION_BYTES: usize = 64 * 1024;
@@ -132,6 +137,9 @@ pub fn cluster_problems(name: &str, spec: &ValkeyClusterSpec) -> Vec<Problem> {
         check_placement(placement, &mut problems);
     }
     check_pod_annotations(spec, &mut problems);
+    if let Some(network) = &spec.network {
+        check_network(network, &mut problems);
+    }
     problems.0
 }
 
@@ -325,6 +333,16 @@ fn check_acl(users: &[AclUser], problems: &mut Problems) {
             MAX_PASSWORD_HASHES,
             "hashes",
         );
+        if let Some(secret) = &user.password_secret_ref {
+            problems.check(
+                format!("{at}.passwordSecretRef.name"),
+                names::dns1123_subdomain(&secret.name),
+            );
+            problems.check(
+                format!("{at}.passwordSecretRef.key"),
+                names::secret_key(&secret.key),
+            );
+        }
         if !problems.at_most(
             &format!("{at}.permissions"),
             user.permissions.len(),
@@ -371,10 +389,23 @@ fn check_placement(placement: &Placement, problems: &mut Problems) {
             problems.check(format!("spec.placement.zones[{index}]"), result);
         }
     }
-    let selector = &placement.node_selector;
-    let field = "spec.placement.nodeSelector";
-    if problems.at_most(field, selector.len(), MAX_NODE_SELECTOR, "entries") {
-        for (key, value) in selector {
+    check_labels(
+        "spec.placement.nodeSelector",
+        &placement.node_selector,
+        MAX_NODE_SELECTOR,
+        problems,
+    );
+}
+
+/// Label keys and values as Kubernetes takes them, at most `limit` of them.
+fn check_labels(
+    field: &str,
+    labels: &BTreeMap<String, String>,
+    limit: usize,
+    problems: &mut Problems,
+) {
+    if problems.at_most(field, labels.len(), limit, "entries") {
+        for (key, value) in labels {
             problems.check(
                 format!("{field}[{key:?}]"),
                 names::qualified_name(key).map_err(|p| format!("the key {p}")),
@@ -383,6 +414,37 @@ fn check_placement(placement: &Placement, problems: &mut Problems) {
                 format!("{field}[{key:?}]"),
                 names::label_value(value).map_err(|p| format!("the value {p}")),
             );
+        }
+    }
+}
+
+fn check_network(network: &ClusterNetwork, problems: &mut Problems) {
+    let field = "spec.network.allowedClients";
+    let peers = &network.allowed_clients;
+    if !problems.at_most(field, peers.len(), MAX_CLIENT_PEERS, "peers") {
+        return;
+    }
+    for (index, peer) in peers.iter().enumerate() {
+        let at = format!("{field}[{index}]");
+        if peer.namespace_selector.is_none() && peer.pod_selector.is_none() {
+            problems.add(
+                at.clone(),
+                "set namespaceSelector, podSelector or both (`{}` matches everything)",
+            );
+        }
+        for (name, selector) in [
+            ("namespaceSelector", &peer.namespace_selector),
+            ("podSelector", &peer.pod_selector),
+        ] {
+            if let Some(selector) = selector {
+                let field = format!("{at}.{name}.matchLabels");
+                check_labels(
+                    &field,
+                    &selector.match_labels,
+                    MAX_SELECTOR_LABELS,
+                    problems,
+                );
+            }
         }
     }
 }

@@ -12,6 +12,7 @@ fn spec(shards: i32, replicas: i32) -> ValkeyClusterSpec {
         tls: None,
         placement: None,
         pod_annotations: BTreeMap::new(),
+        network: None,
     }
 }
 
@@ -94,6 +95,7 @@ fn lists_are_bounded_before_their_entries_are_read() {
         .map(|i| AclUser {
             username: format!("u{i}"),
             password_hashes: vec![],
+            password_secret_ref: None,
             permissions: vec![],
         })
         .collect();
@@ -108,6 +110,7 @@ fn acl_entries_name_their_path() {
     with_user.acl = vec![AclUser {
         username: "app".into(),
         password_hashes: vec![],
+        password_secret_ref: None,
         permissions: vec![AclPermission {
             role_ref: "Bad_Role".into(),
             keys: vec![KeyPermission {

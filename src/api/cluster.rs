@@ -85,6 +85,9 @@ pub struct ValkeyClusterSpec {
     ).message("spec.podAnnotations keys must be valid annotation keys: an optional DNS subdomain prefix and '/', then at most 63 letters, digits, '-', '_' and '.'"))]
     #[schemars(extend("maxProperties" = 64))]
     pub pod_annotations: BTreeMap<String, String>,
+    /// Who else may reach the client port (see [`ClusterNetwork`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<ClusterNetwork>,
 }
 
 fn default_replicas_per_shard() -> i32 {
@@ -101,9 +104,23 @@ pub struct AclUser {
     #[serde(default)]
     #[schemars(length(max = 8))]
     pub password_hashes: Vec<PasswordHash>,
+    /// A password kept in a Secret of the cluster's namespace, hashed by the operator before it
+    /// reaches Valkey; a change of the Secret is applied live. Valid beside `passwordHashes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_secret_ref: Option<SecretKeyRef>,
     #[serde(default)]
     #[schemars(length(max = 32))]
     pub permissions: Vec<AclPermission>,
+}
+
+/// One key of a Secret in the cluster's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))]
+    pub key: String,
 }
 
 /// A SHA-256 password hash: 64 lowercase hex digits.
@@ -178,6 +195,37 @@ pub struct Placement {
         "self.all(k, k.size() <= 317 && k.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$') && self[k].size() <= 63)"
     ).message("spec.placement.nodeSelector keys must be valid Kubernetes label keys, and values at most 63 characters"))]
     pub node_selector: BTreeMap<String, String>,
+}
+
+/// The cluster's NetworkPolicy: the bus port only from the cluster's own Pods; the client
+/// port from Pods of the cluster's namespace, from the operator, and from `allowedClients`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterNetwork {
+    /// More clients of the client port, each as a NetworkPolicy peer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub allowed_clients: Vec<ClientPeer>,
+}
+
+/// Pods allowed to connect, by labels: Pods matching `podSelector` in the namespaces matching
+/// `namespaceSelector` (the cluster's own namespace when unset); at least one is set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientPeer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<MatchLabels>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<MatchLabels>,
+}
+
+/// Labels an object must carry (`{}` matches every object).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MatchLabels {
+    #[serde(default)]
+    #[schemars(extend("maxProperties" = 16))]
+    pub match_labels: BTreeMap<String, String>,
 }
 
 /// Zone spreading of a shard's nodes.

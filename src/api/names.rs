@@ -57,6 +57,20 @@ pub fn label_value(value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A key of a Secret or ConfigMap: at most 253 letters, digits, `-`, `_` and `.`.
+pub fn secret_key(key: &str) -> Result<(), String> {
+    if key.is_empty() || key.len() > MAX_SUBDOMAIN {
+        return Err(format!("must be 1 to {MAX_SUBDOMAIN} characters long"));
+    }
+    if !key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err("must consist of letters, digits, '-', '_' and '.'".into());
+    }
+    Ok(())
+}
+
 /// A label or annotation key: an optional DNS-1123 subdomain prefix and `/`, then a name of at
 /// most 63 letters, digits, `-`, `_` and `.`, starting and ending with a letter or digit.
 pub fn qualified_name(key: &str) -> Result<(), String> {

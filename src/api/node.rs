@@ -1,14 +1,14 @@
 //! ValkeyNode: one Valkey server of a cluster, created and owned by the operator (namespaced).
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::{CustomResource, ResourceExt};
+use kube::{CustomResource, KubeSchema, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::annotations::{HANDOVER_REQUESTED, HANDOVER_WINDOW};
 
 /// One Valkey server, named after its cluster and shard. Never created by users.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[kube(
     group = "valkey.gomomento.com",
     version = "v1alpha1",
@@ -35,6 +35,9 @@ use super::annotations::{HANDOVER_REQUESTED, HANDOVER_WINDOW};
         json_path = ".metadata.creationTimestamp"
     )
 )]
+#[x_kube(validation = Rule::new("self == oldSelf").message(
+    "spec is immutable: a ValkeyNode runs what it was created with; the operator replaces nodes instead of changing them"
+))]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyNodeSpec {
     /// The ValkeyCluster this node belongs to.

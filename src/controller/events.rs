@@ -52,8 +52,8 @@ pub enum ClusterEvent {
     FailoversAllowed {
         shards: Vec<u32>,
     },
-    /// A user in `spec.acl` names a ValkeyRole that does not exist.
-    AclRoleMissing {
+    /// `AclApplied` turned false, or changed why: what the condition says.
+    AclNotApplied {
         problem: String,
     },
     /// The cluster was deleted and its nodes retired.
@@ -83,7 +83,7 @@ impl ClusterEvent {
             ClusterEvent::NodeRetired { .. } => "NodeRetired",
             ClusterEvent::RollStalled { .. } => "RollStalled",
             ClusterEvent::FailoversAllowed { .. } => "FailoverRetryAllowed",
-            ClusterEvent::AclRoleMissing { .. } => "AclRoleMissing",
+            ClusterEvent::AclNotApplied { .. } => "AclNotApplied",
             ClusterEvent::Deleted { .. } => "Deleted",
             ClusterEvent::SpecOutOfBounds { .. } => "SpecOutOfBounds",
             ClusterEvent::NameConflict { .. } => "NameConflict",
@@ -100,7 +100,7 @@ impl ClusterEvent {
             ClusterEvent::SlotMigration { .. } => "MigrateSlots",
             ClusterEvent::NodeRetired { .. } => "Retire",
             ClusterEvent::RollStalled { .. } | ClusterEvent::FailoversAllowed { .. } => "Plan",
-            ClusterEvent::AclRoleMissing { .. } => "ApplyAcl",
+            ClusterEvent::AclNotApplied { .. } => "ApplyAcl",
             ClusterEvent::Deleted { .. } => "Cleanup",
             ClusterEvent::SpecOutOfBounds { .. } => "Validate",
             ClusterEvent::NameConflict { .. } => "Apply",
@@ -111,7 +111,7 @@ impl ClusterEvent {
         matches!(
             self,
             ClusterEvent::RollStalled { .. }
-                | ClusterEvent::AclRoleMissing { .. }
+                | ClusterEvent::AclNotApplied { .. }
                 | ClusterEvent::TakeOver { .. }
                 | ClusterEvent::SpecOutOfBounds { .. }
                 | ClusterEvent::NameConflict { .. }
@@ -147,9 +147,7 @@ impl ClusterEvent {
             ClusterEvent::FailoversAllowed { shards } => format!(
                 "a person allowed more failover attempts for shards {shards:?}; the roll resumes"
             ),
-            ClusterEvent::AclRoleMissing { problem } => {
-                format!("spec.acl: {problem}; that user is left as it was")
-            }
+            ClusterEvent::AclNotApplied { problem } => format!("spec.acl: {problem}"),
             ClusterEvent::Deleted { nodes } => format!("retired {nodes} nodes"),
             ClusterEvent::SpecOutOfBounds { problems } => {
                 format!(

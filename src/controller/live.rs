@@ -12,6 +12,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
+use super::secrets::PasswordHashes;
 use crate::acl::{self, AclError};
 use crate::api::ValkeyCluster;
 use crate::execute::Member;
@@ -22,13 +23,17 @@ use crate::valkey::{NodeAddress, NodeClient};
 
 /// The cluster's users as `ACL SETUSER` rules, and why each user that could not be built was
 /// not (that user is left as it is on the nodes).
-pub fn desired_acl(fleet: &RwLock<Fleet>, cluster: &ValkeyCluster) -> (DesiredAcl, Vec<AclError>) {
+pub fn desired_acl(
+    fleet: &RwLock<Fleet>,
+    cluster: &ValkeyCluster,
+    passwords: &PasswordHashes,
+) -> (DesiredAcl, Vec<AclError>) {
     let fleet = fleet.read().unwrap_or_else(|p| p.into_inner());
     let mut desired = DesiredAcl::none();
     let mut problems = Vec::new();
     for user in &cluster.spec.acl {
         desired.keep.insert(user.username.clone());
-        match acl::user_rules(user, |role| fleet.role(role)) {
+        match acl::user_rules(user, |role| fleet.role(role), |s| passwords.get(s)) {
             Ok(rules) => desired.users.push((user.username.clone(), rules)),
             Err(problem) => problems.push(problem),
         }

@@ -1,7 +1,7 @@
 //! Keeping a cluster's members in place before the planner looks: the objects the cluster owns
-//! (its headless Service and PodDisruptionBudget), the operator's finalizer on every node, the
-//! Pod of a node whose creation was cut short, and each node's role in its status and Pod labels, with the cluster's
-//! podAnnotations. The executor's membership pass (ids, MEET, REPLICATE, FORGET;
+//! (its headless Service, PodDisruptionBudget and NetworkPolicy), the operator's finalizer on
+//! every node, the Pod of a node whose creation was cut short, and each node's role in its
+//! status and Pod labels, with the cluster's podAnnotations. The executor's membership pass (ids, MEET, REPLICATE, FORGET;
 //! `crate::execute::membership`) runs between the two.
 //!
 //! These run outside the planner, on every pass, because none of them is a step of a roll:
@@ -9,6 +9,7 @@
 //! The planner only sees their result.
 
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -31,6 +32,7 @@ pub async fn apply_owned_objects(
     render: &ClusterRender<'_>,
     host: &KubeHost<'_>,
     namespace: &str,
+    operator_namespace: &str,
 ) -> Result<(), Error> {
     let owner = render.owner_uid();
     let services = Api::<Service>::namespaced(client.clone(), namespace);
@@ -42,6 +44,8 @@ pub async fn apply_owned_objects(
         owner,
     )
     .await?;
+    let policies = Api::<NetworkPolicy>::namespaced(client.clone(), namespace);
+    apply_if_ours(&policies, render.network_policy(operator_namespace), owner).await?;
     Ok(())
 }
 

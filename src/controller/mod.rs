@@ -23,16 +23,18 @@ pub mod membership;
 pub mod observe;
 pub mod reconcile;
 pub mod render;
+pub mod secrets;
 pub mod status;
 
 use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use tokio::sync::{broadcast, watch};
 
@@ -72,6 +74,22 @@ fn cluster_refs(
 fn cluster_of_pod(pod: Pod) -> Option<ObjectRef<ValkeyCluster>> {
     let cluster = pod.labels().get(labels::CLUSTER)?;
     Some(ObjectRef::new(cluster).within(&pod.namespace()?))
+}
+
+/// The clusters whose users read a Secret (the fleet index keeps the edges).
+fn clusters_reading(
+    fleet: &RwLock<Fleet>,
+    secret: &PartialObjectMeta<Secret>,
+) -> Vec<ObjectRef<ValkeyCluster>> {
+    let (Some(namespace), Some(name)) = (&secret.metadata.namespace, &secret.metadata.name) else {
+        return Vec::new();
+    };
+    let fleet = fleet.read().unwrap_or_else(|p| p.into_inner());
+    fleet
+        .clusters_using_secret(namespace, name)
+        .into_iter()
+        .map(|key| ObjectRef::new(&key.name).within(&key.namespace))
+        .collect()
 }
 
 /// Requeue after a failure by its cause: an invalid object waits for a change; anything else
@@ -132,6 +150,20 @@ pub async fn run(
         // cluster label does. A Pod that terminates must wake its cluster at once (its shard
         // is taken over), not at the next periodic requeue.
         .watches(Api::<Pod>::all(client.clone()), managed, cluster_of_pod)
+        // A Secret a cluster's users name changed: that cluster's users are written again.
+        // Metadata only: Secret data is read when needed, never cached.
+        .watches_stream(
+            watcher(
+                Api::<PartialObjectMeta<Secret>>::all(client.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .touched_objects(),
+            {
+                let fleet = fleet.clone();
+                move |secret| clusters_reading(&fleet, &secret)
+            },
+        )
         // Config and image changes arrive from the fleet index (caches.rs) once it reflects
         // them, as the clusters they reach.
         .reconcile_on(cluster_refs(changes.subscribe()))

@@ -31,9 +31,9 @@ use super::host::{KubeHost, MANAGER, delete_node};
 use super::observe::{StoredStatus, memory_of, read_nodes, read_status};
 use super::render::ClusterRender;
 use super::status::{
-    PassReport, Reason, acl_applied, degraded, progress, set_condition, summarize,
+    PassReport, Reason, Verdict, acl_applied, degraded, progress, set_condition, summarize,
 };
-use super::{act, live, membership};
+use super::{act, live, membership, secrets};
 use crate::api::annotations::RETRY_FAILOVERS;
 use crate::api::bounds::{Problem, cluster_problems};
 use crate::api::{ValkeyCluster, ValkeyClusterStatus};
@@ -122,7 +122,8 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         &progress(&desired, &observed, &step),
     );
     tracing::info!(cluster = %cluster.name_any(), %namespace, %step, "planned");
-    let (users, unbuilt) = live::desired_acl(&ctx.fleet, cluster);
+    let passwords = secrets::read_password_hashes(&ctx.client, &namespace, cluster).await;
+    let (users, unbuilt) = live::desired_acl(&ctx.fleet, cluster, &passwords);
     let inputs = StepInputs {
         desired: &desired,
         acl: &users,
@@ -145,16 +146,17 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         ctx.timeouts.call,
     )
     .await;
+    let acl = acl_applied(&unbuilt, &refusals);
+    if newly_failing(&stored.status, &acl) {
+        let problem = acl.message.clone();
+        publish(
+            &ctx.recorder,
+            cluster,
+            &ClusterEvent::AclNotApplied { problem },
+        )
+        .await;
+    }
     if matches!(step, Step::Converged) {
-        for problem in &unbuilt {
-            let problem = problem.to_string();
-            publish(
-                &ctx.recorder,
-                cluster,
-                &ClusterEvent::AclRoleMissing { problem },
-            )
-            .await;
-        }
         live::apply_settings(
             &members,
             &observed,
@@ -174,7 +176,6 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     };
     let now = Time(Timestamp::now());
     let mut status = summarize(&stored.status, &report, now.clone());
-    let acl = acl_applied(&unbuilt, &refusals);
     set_condition(
         &mut status.conditions,
         acl,
@@ -186,6 +187,14 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     // Only a pass that got this far resets the backoff: one waiting for its config keeps it.
     ctx.backoff.succeeded(&cluster_key(cluster));
     Ok(requeue_after(&step))
+}
+
+/// A false verdict the stored status did not already hold (for the same reason): worth an event.
+fn newly_failing(stored: &ValkeyClusterStatus, verdict: &Verdict) -> bool {
+    let type_ = verdict.type_.as_str();
+    let before = stored.conditions.iter().find(|c| c.type_ == type_);
+    !verdict.status
+        && before.is_none_or(|c| c.status != "False" || c.reason != verdict.reason.as_str())
 }
 
 /// The effective config, or why there is none.
@@ -250,7 +259,9 @@ async fn prepare(
     host: &mut KubeHost<'_>,
     namespace: &str,
 ) -> Result<Vec<crate::roll::ObservedNode>, Error> {
-    membership::apply_owned_objects(&ctx.client, render, host, namespace).await?;
+    let operator_namespace = &ctx.settings.operator_namespace;
+    membership::apply_owned_objects(&ctx.client, render, host, namespace, operator_namespace)
+        .await?;
     membership::hold_nodes(host, &ctx.client, namespace).await?;
     membership::create_missing_pods(&ctx.client, render, host, namespace).await?;
     execute::membership::introduce(host, &ctx.timeouts).await?;

@@ -10,7 +10,14 @@ use k8s_openapi::api::core::v1::{
     ServiceSpec, TCPSocketAction, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::api::core::v1::{
+    Capabilities, PodSecurityContext, SeccompProfile, SecurityContext,
+};
+use k8s_openapi::api::core::v1::{
     NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+};
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -31,6 +38,13 @@ pub const VALKEY_PORT: i32 = 6379;
 pub const BUS_PORT: i32 = 16379;
 /// The named ports of a node, on its container and on the Service.
 const PORTS: [(&str, i32); 2] = [("client", VALKEY_PORT), ("bus", BUS_PORT)];
+/// The uid and gid of the `valkey` user in the official Valkey images.
+pub const VALKEY_UID: i64 = 999;
+/// The label the chart puts on the operator's Pods (its selector label), by which a cluster's
+/// NetworkPolicy lets the operator in.
+pub const OPERATOR_POD_LABEL: (&str, &str) = ("app.kubernetes.io/name", "valkey-operator");
+/// The label every namespace carries with its own name.
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 /// The Valkey container's name.
 pub const CONTAINER: &str = "valkey";
 /// Where the node keeps `nodes.conf` and its data.
@@ -225,6 +239,9 @@ impl ClusterRender<'_> {
                 // stays dead instead; Valkey fails its shard over and the planner replaces it.
                 restart_policy: Some("Never".into()),
                 enable_service_links: Some(false),
+                // Valkey never talks to the API server.
+                automount_service_account_token: Some(false),
+                security_context: Some(pod_security()),
                 ..Default::default()
             }),
             status: None,
@@ -272,6 +289,7 @@ impl ClusterRender<'_> {
                 mount_path: DATA_DIR.into(),
                 ..Default::default()
             }]),
+            security_context: Some(container_security()),
             ..Default::default()
         }
     }
@@ -431,6 +449,67 @@ impl ClusterRender<'_> {
         }
     }
 
+    /// Who may connect: the cluster bus only from the cluster's own Pods; the client port from
+    /// Pods of the cluster's namespace, the operator's Pods (in `operator_namespace`) and the
+    /// peers in `spec.network.allowedClients`. Everything else is refused where the network
+    /// plugin enforces NetworkPolicies.
+    pub fn network_policy(&self, operator_namespace: &str) -> NetworkPolicy {
+        let port = |number: i32| NetworkPolicyPort {
+            port: Some(IntOrString::Int(number)),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        };
+        let selector = |labels: BTreeMap<String, String>| LabelSelector {
+            match_labels: Some(labels),
+            match_expressions: None,
+        };
+        let peer =
+            |namespace: Option<LabelSelector>, pod: Option<LabelSelector>| NetworkPolicyPeer {
+                namespace_selector: namespace,
+                pod_selector: pod,
+                ip_block: None,
+            };
+        let one = |key: &str, value: &str| selector([(key.to_string(), value.to_string())].into());
+        let mut clients = vec![
+            peer(None, Some(selector(BTreeMap::new()))),
+            peer(
+                Some(one(NAMESPACE_NAME_LABEL, operator_namespace)),
+                Some(one(OPERATOR_POD_LABEL.0, OPERATOR_POD_LABEL.1)),
+            ),
+        ];
+        let allowed = self.spec().network.iter().flat_map(|n| &n.allowed_clients);
+        clients.extend(allowed.map(|client| {
+            peer(
+                client
+                    .namespace_selector
+                    .as_ref()
+                    .map(|s| selector(s.match_labels.clone())),
+                client
+                    .pod_selector
+                    .as_ref()
+                    .map(|s| selector(s.match_labels.clone())),
+            )
+        }));
+        NetworkPolicy {
+            metadata: self.owned_meta(self.name()),
+            spec: Some(NetworkPolicySpec {
+                pod_selector: Some(selector(self.labels(None))),
+                policy_types: Some(vec!["Ingress".into()]),
+                ingress: Some(vec![
+                    NetworkPolicyIngressRule {
+                        ports: Some(vec![port(BUS_PORT)]),
+                        from: Some(vec![peer(None, Some(selector(self.labels(None))))]),
+                    },
+                    NetworkPolicyIngressRule {
+                        ports: Some(vec![port(VALKEY_PORT)]),
+                        from: Some(clients),
+                    },
+                ]),
+                egress: None,
+            }),
+        }
+    }
+
     fn owned_meta(&self, name: String) -> ObjectMeta {
         ObjectMeta {
             name: Some(name),
@@ -439,6 +518,38 @@ impl ClusterRender<'_> {
             owner_references: self.owner().map(|o| vec![o]),
             ..Default::default()
         }
+    }
+}
+
+/// The Pod half of the `restricted` Pod Security Standard: the image's unprivileged `valkey`
+/// user (the image's own drop from root is skipped, as `command` is set), the runtime's
+/// default seccomp profile, and volumes writable by that user's group.
+fn pod_security() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(VALKEY_UID),
+        run_as_group: Some(VALKEY_UID),
+        fs_group: Some(VALKEY_UID),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            localhost_profile: None,
+        }),
+        ..Default::default()
+    }
+}
+
+/// The container half: no privilege escalation, no capabilities, and a read-only root
+/// filesystem (Valkey writes only under [`DATA_DIR`], a volume).
+fn container_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: None,
+        }),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        ..Default::default()
     }
 }
 

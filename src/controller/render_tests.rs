@@ -16,6 +16,7 @@ fn cluster() -> ValkeyCluster {
             tls: None,
             placement: None,
             pod_annotations: BTreeMap::from([("team".to_string(), "payments".to_string())]),
+            network: None,
         },
     );
     cluster.metadata.namespace = Some("team-a".into());
@@ -335,4 +336,106 @@ fn the_budget_allows_one_disruption_of_the_pods_there_are_and_none_without_repli
     assert_eq!(min_available(&cluster, 7), Some(IntOrString::Int(6)));
     cluster.spec.replicas_per_shard = 0;
     assert_eq!(min_available(&cluster, 3), Some(IntOrString::Int(3)));
+}
+
+#[test]
+fn a_pod_passes_the_restricted_pod_security_standard() {
+    let cluster = cluster();
+    let effective = effective("9.1.2");
+    let render = ClusterRender {
+        cluster: &cluster,
+        effective: &effective,
+        default_zone_spread: ZoneSpread::BestEffort,
+    };
+    let mut node = render.node("orders-1-a1b2", 1);
+    node.metadata.uid = Some("node-uid".into());
+    let spec = render.pod(&node, NodeRole::Primary).spec.unwrap();
+    assert_eq!(spec.automount_service_account_token, Some(false));
+    let pod = spec.security_context.unwrap();
+    assert_eq!(pod.run_as_non_root, Some(true));
+    assert_ne!(pod.run_as_user, Some(0));
+    assert_eq!(pod.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    let container = spec.containers[0].security_context.clone().unwrap();
+    assert_eq!(container.allow_privilege_escalation, Some(false));
+    assert_eq!(
+        container.capabilities.unwrap().drop,
+        Some(vec!["ALL".to_string()])
+    );
+    assert_eq!(container.read_only_root_filesystem, Some(true));
+    // With a read-only root, everything Valkey writes is under a volume.
+    let mounts = spec.containers[0].volume_mounts.clone().unwrap();
+    let args = spec.containers[0].args.clone().unwrap().join(" ");
+    assert!(args.contains(&format!("--dir {DATA_DIR}")), "{args}");
+    assert!(mounts.iter().any(|m| m.mount_path == DATA_DIR));
+}
+
+#[test]
+fn the_network_policy_keeps_the_bus_to_the_cluster_and_names_every_client() {
+    let mut cluster = cluster();
+    cluster.spec.network = Some(crate::api::ClusterNetwork {
+        allowed_clients: vec![crate::api::ClientPeer {
+            namespace_selector: Some(crate::api::MatchLabels {
+                match_labels: BTreeMap::from([("team".to_string(), "web".to_string())]),
+            }),
+            pod_selector: None,
+        }],
+    });
+    let effective = effective("9.1.2");
+    let render = ClusterRender {
+        cluster: &cluster,
+        effective: &effective,
+        default_zone_spread: ZoneSpread::BestEffort,
+    };
+    let policy = render.network_policy("valkey-system");
+    assert_eq!(policy.metadata.name.as_deref(), Some("orders"));
+    assert_eq!(
+        policy.metadata.owner_references.unwrap()[0].uid,
+        "cluster-uid"
+    );
+    let spec = policy.spec.unwrap();
+    assert_eq!(spec.policy_types, Some(vec!["Ingress".to_string()]));
+    let ours = render.labels(None);
+    assert_eq!(spec.pod_selector.unwrap().match_labels, Some(ours.clone()));
+    let rules = spec.ingress.unwrap();
+    let port_of =
+        |rule: &NetworkPolicyIngressRule| rule.ports.as_ref().unwrap()[0].port.clone().unwrap();
+    assert_eq!(rules.len(), 2);
+
+    assert_eq!(port_of(&rules[0]), IntOrString::Int(BUS_PORT));
+    let bus = rules[0].from.clone().unwrap();
+    assert_eq!(bus.len(), 1);
+    assert_eq!(bus[0].namespace_selector, None, "same namespace only");
+    assert_eq!(
+        bus[0].pod_selector.clone().unwrap().match_labels,
+        Some(ours)
+    );
+
+    assert_eq!(port_of(&rules[1]), IntOrString::Int(VALKEY_PORT));
+    let clients = rules[1].from.clone().unwrap();
+    let labels_of = |selector: &Option<LabelSelector>| {
+        selector
+            .as_ref()
+            .map(|s| s.match_labels.clone().unwrap_or_default())
+    };
+    let described: Vec<_> = clients
+        .iter()
+        .map(|peer| {
+            (
+                labels_of(&peer.namespace_selector),
+                labels_of(&peer.pod_selector),
+            )
+        })
+        .collect();
+    let map = |key: &str, value: &str| Some(BTreeMap::from([(key.to_string(), value.to_string())]));
+    assert_eq!(
+        described,
+        [
+            (None, Some(BTreeMap::new())),
+            (
+                map("kubernetes.io/metadata.name", "valkey-system"),
+                map("app.kubernetes.io/name", "valkey-operator")
+            ),
+            (map("team", "web"), None),
+        ]
+    );
 }

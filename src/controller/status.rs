@@ -55,6 +55,8 @@ pub enum Reason {
     InvalidAcl,
     /// A node refused a user's rules; its words are in the message.
     NodeRefused,
+    /// A user's `passwordSecretRef` names a Secret or key that cannot be read.
+    SecretUnreadable,
 }
 
 impl ConditionType {
@@ -85,6 +87,7 @@ impl Reason {
             Reason::RoleMissing => "RoleMissing",
             Reason::InvalidAcl => "InvalidAcl",
             Reason::NodeRefused => "NodeRefused",
+            Reason::SecretUnreadable => "SecretUnreadable",
         }
     }
 }
@@ -163,6 +166,7 @@ pub fn acl_applied(unbuilt: &[AclError], refusals: &[NodeRefusal]) -> Verdict {
         let reason = match first {
             AclError::RoleMissing { .. } => Reason::RoleMissing,
             AclError::Invalid { .. } => Reason::InvalidAcl,
+            AclError::SecretUnreadable { .. } => Reason::SecretUnreadable,
         };
         let message = format!(
             "not applied (left as they are): {}",

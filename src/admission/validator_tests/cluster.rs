@@ -80,6 +80,7 @@ fn acl_users_leave_default_alone_and_missing_roles_warn() {
     let user = |username: &str, role_ref: &str| AclUser {
         username: username.into(),
         password_hashes: vec![],
+        password_secret_ref: None,
         permissions: vec![AclPermission {
             role_ref: role_ref.into(),
             keys: vec![],
@@ -217,6 +218,7 @@ fn a_cluster_past_a_limit_can_still_change_and_leave() {
         .map(|i| AclUser {
             username: format!("u{i}"),
             password_hashes: vec![],
+            password_secret_ref: None,
             permissions: vec![],
         })
         .collect();
@@ -287,6 +289,7 @@ fn a_key_pattern_that_would_grant_more_is_refused_naming_the_field() {
     let user = |pattern: &str| AclUser {
         username: "app".into(),
         password_hashes: vec![],
+        password_secret_ref: None,
         permissions: vec![AclPermission {
             role_ref: "reader".into(),
             keys: vec![KeyPermission {

@@ -49,6 +49,7 @@ fn cluster(namespace: &str, name: &str, config_ref: &str) -> ValkeyCluster {
             tls: None,
             placement: None,
             pod_annotations: BTreeMap::new(),
+            network: None,
         },
     );
     cluster.metadata.namespace = Some(namespace.into());
@@ -90,6 +91,7 @@ fn review<'a, T>(
         namespace: None,
         object,
         old,
+        user: None,
     }
 }
 
