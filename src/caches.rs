@@ -149,6 +149,7 @@ impl Indexed for ValkeyCluster {
             .iter()
             .filter_map(|user| user.password_secret_ref.as_ref())
             .map(|secret| secret.name.clone())
+            .chain(self.spec.tls.iter().map(|tls| tls.secret_ref.clone()))
             .collect();
         fleet.set_cluster_secrets(&key, secrets);
     }

@@ -212,15 +212,28 @@ async fn serve(
         .context("connecting to the Kubernetes API (KUBECONFIG or in-cluster)")?;
     let settings = load_settings(&client, namespace).await?;
     tracing::info!(?settings, "operator settings");
-    let me = whoami(&client).await?;
-    tracing::info!(user = %me, "only this identity may write ValkeyNodes");
+    // Without an answer (an API server before 1.28), admission cannot tell who writes a
+    // ValkeyNode; the CRD still keeps every node's spec immutable.
+    let me = match whoami(&client).await {
+        Ok(me) => {
+            tracing::info!(user = %me, "only this identity may write ValkeyNodes");
+            Some(me)
+        }
+        Err(error) => {
+            tracing::warn!(
+                error = format!("{error:#}"),
+                "ValkeyNode creation is not limited to the operator"
+            );
+            None
+        }
+    };
     let listener =
         std::net::TcpListener::bind(listen).with_context(|| format!("listening on {listen}"))?;
     let state = AppState {
         fleet: Arc::new(RwLock::new(Fleet::default())),
         readiness: Arc::new(Readiness::default()),
         metrics: Arc::new(Metrics::new()?),
-        policy: Arc::new(settings.admission_policy(Some(me))),
+        policy: Arc::new(settings.admission_policy(me)),
         limits: ServerLimits::default(),
     };
     let health = Arc::new(Health::default());

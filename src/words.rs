@@ -18,6 +18,20 @@ pub fn first_of<T: Display>(items: &[T], shown: usize) -> String {
     shown_and_rest(items, shown).join("; ")
 }
 
+/// `text` cut to at most `max_bytes` (at a character boundary), ending in `…` when cut: for
+/// messages the API server limits (an Event's note is at most 1024 bytes).
+pub fn clip(text: String, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let ellipsis = '…';
+    let mut end = max_bytes.saturating_sub(ellipsis.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{ellipsis}", &text[..end])
+}
+
 fn shown_and_rest<T: Display>(items: &[T], shown: usize) -> Vec<String> {
     let mut said: Vec<String> = items.iter().take(shown).map(ToString::to_string).collect();
     let rest = items.len().saturating_sub(shown);
@@ -37,6 +51,17 @@ mod tests {
         assert_eq!(some_of(&["a"], 3), "a");
         assert_eq!(some_of(&["a", "b"], 3), "a and b");
         assert_eq!(some_of(&["a", "b", "c", "d", "e"], 3), "a, b, c and 2 more");
+    }
+
+    #[test]
+    fn clip_cuts_at_a_character_boundary_within_the_limit() {
+        assert_eq!(clip("short".into(), 10), "short");
+        let clipped = clip("é".repeat(600), 900);
+        assert!(
+            clipped.len() <= 900 && clipped.ends_with('…'),
+            "{}",
+            clipped.len()
+        );
     }
 
     #[test]

@@ -142,7 +142,10 @@ async fn a_user_from_a_secret_is_applied_live_and_a_missing_secret_locks_nobody_
         .await;
     match reply {
         Ok(ok) => assert_eq!(ok, "OK"),
-        Err(error) => assert!(error.to_string().to_lowercase().contains("moved"), "{error}"),
+        Err(error) => assert!(
+            error.to_string().to_lowercase().contains("moved"),
+            "{error}"
+        ),
     }
 
     // The Secret changes: applied through the watch, not the 60 s periodic pass.

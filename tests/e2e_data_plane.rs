@@ -4,16 +4,20 @@
 //!   Active (a Pod without the hardening is refused there, so the enforcement is live);
 //! - each cluster gets a NetworkPolicy, owned by it and accepted by the API server, with the bus
 //!   port only from its own Pods and the client port from its namespace, the operator and
-//!   `spec.network.allowedClients`;
+//!   `spec.network.allowedClients`; a person's policy of the same name is left alone, said in
+//!   an event, and the cluster runs anyway;
 //! - nobody but the operator writes a ValkeyNode: a create with a forged ownerReference and a
-//!   change of a node's image are refused, while labels stay writable.
+//!   change of a node's image are refused, while labels stay writable;
+//! - a TLS cluster waits, `Degraded` (`TlsUnavailable`), until its Secret exists, then its Pods
+//!   mount the Secret read-only and serve TLS only.
 
 // Test code reports failures by panicking; the house rules against it are for the product.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::time::Duration;
 
-use harness::k8s::{IMAGES, Product};
+use harness::eventually;
+use harness::k8s::{IMAGES, Product, condition_field};
 use serde_json::Value;
 
 const NAMESPACE: &str = "locked";
@@ -43,6 +47,16 @@ spec:
     allowedClients:
     - namespaceSelector: {matchLabels: {team: web}}
       podSelector: {matchLabels: {app: checkout}}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: ledger, namespace: locked}
+spec: {podSelector: {matchLabels: {app: ledger-ui}}, policyTypes: [Ingress]}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {name: ledger, namespace: locked}
+spec: {configRef: locked-config, shards: 1, replicasPerShard: 0}
 "#;
 
 /// A Pod as most charts wrote them before Pod Security: root, no seccomp, every capability.
@@ -72,12 +86,32 @@ async fn a_cluster_runs_restricted_behind_its_network_policy_and_only_the_operat
     assert!(!created, "an unhardened Pod was admitted: {said}");
     assert!(said.contains("violates PodSecurity"), "{said}");
 
+    // `ledger` meets a NetworkPolicy of its name that a person made: it runs anyway, the
+    // policy is left as it was, and an event says why the cluster has none of its own.
     product
-        .wait_converged(&[(NAMESPACE, "vault")], "9.0.0", Duration::from_secs(180))
+        .wait_converged(
+            &[(NAMESPACE, "vault"), (NAMESPACE, "ledger")],
+            "9.0.0",
+            Duration::from_secs(180),
+        )
         .await;
+    let theirs = json(
+        &product,
+        &["get", "networkpolicy", "ledger", "-n", NAMESPACE],
+    );
+    assert!(theirs["metadata"]["ownerReferences"].is_null(), "{theirs}");
+    assert_eq!(
+        theirs["spec"]["podSelector"]["matchLabels"]["app"],
+        "ledger-ui"
+    );
+    let events = product.kubectl(&["get", "events", "-n", NAMESPACE]);
+    assert!(
+        events.contains("NameConflict") && events.contains("NetworkPolicy"),
+        "{events}"
+    );
     let pods = json(&product, &["get", "pods", "-n", NAMESPACE]);
     let pods = pods["items"].as_array().unwrap();
-    assert_eq!(pods.len(), 4);
+    assert_eq!(pods.len(), 5);
     for pod in pods {
         assert_eq!(pod["spec"]["automountServiceAccountToken"], false, "{pod}");
         assert_eq!(
@@ -159,4 +193,82 @@ spec: {{cluster: vault, shard: 0, image: "evil/miner:9.0.0", version: "9.0.0", r
     );
     product.kubectl(&["label", "valkeynode", node, "-n", NAMESPACE, "audited=yes"]);
     product.assert_failovers(NAMESPACE, "vault", 0).await;
+
+    tls_cluster_waits_for_its_secret_then_mounts_it(&product).await;
+}
+
+/// A TLS cluster touches nothing until its CA can be read; then its Pods mount the Secret and
+/// serve TLS only. (The Valkey binaries here have no TLS, so the Pod is checked as stored.)
+async fn tls_cluster_waits_for_its_secret_then_mounts_it(product: &Product) {
+    product.apply(
+        r#"
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {name: secure, namespace: locked}
+spec: {configRef: locked-config, shards: 1, replicasPerShard: 0, tls: {secretRef: secure-tls}}
+"#,
+    );
+    eventually(
+        "Degraded=True (TlsUnavailable)",
+        Duration::from_secs(30),
+        async || {
+            let cluster = product.cluster(NAMESPACE, "secure");
+            match condition_field(&cluster, "Degraded", "reason").as_deref() {
+                Some("TlsUnavailable") => Ok(()),
+                _ => Err(cluster["status"].to_string()),
+            }
+        },
+    )
+    .await;
+    let message =
+        condition_field(&product.cluster(NAMESPACE, "secure"), "Degraded", "message").unwrap();
+    assert!(message.contains("secure-tls does not exist"), "{message}");
+    let selector = "valkey.gomomento.com/cluster=secure";
+    let pods = json(product, &["get", "pods", "-n", NAMESPACE, "-l", selector]);
+    assert_eq!(pods["items"].as_array().unwrap().len(), 0, "{pods}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["secure.locked.svc".to_string()];
+    let files = valkey_operator::certs::write_dev_certificates(dir.path(), &names, &[]).unwrap();
+    let from = |key: &str, path: &std::path::Path| format!("--from-file={key}={}", path.display());
+    product.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "secure-tls",
+        "-n",
+        NAMESPACE,
+        &from("ca.crt", &files.ca_cert),
+        &from("tls.crt", &files.cert),
+        &from("tls.key", &files.key),
+    ]);
+    let pod = eventually(
+        "a Pod of the TLS cluster",
+        Duration::from_secs(30),
+        async || {
+            let pods = json(product, &["get", "pods", "-n", NAMESPACE, "-l", selector]);
+            pods["items"].as_array()?.first().cloned()
+        },
+    )
+    .await;
+    let args = pod["spec"]["containers"][0]["args"].to_string();
+    for expected in [
+        r#""--port","0""#,
+        r#""--tls-port","6379""#,
+        r#""--tls-ca-cert-file","/etc/valkey/tls/ca.crt""#,
+        r#""--tls-replication","yes""#,
+        r#""--tls-cluster","yes""#,
+    ] {
+        assert!(args.contains(expected), "{expected}: {args}");
+    }
+    let volumes = pod["spec"]["volumes"].as_array().unwrap();
+    let tls = volumes.iter().find(|v| v["name"] == "tls").unwrap();
+    assert_eq!(tls["secret"]["secretName"], "secure-tls");
+    assert_eq!(tls["secret"]["defaultMode"], 0o440);
+    let mounts = pod["spec"]["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap();
+    let mount = mounts.iter().find(|m| m["name"] == "tls").unwrap();
+    assert_eq!(mount["mountPath"], "/etc/valkey/tls");
+    assert_eq!(mount["readOnly"], true);
 }

@@ -14,7 +14,7 @@ use harness::valkey::runtime::{NodeRuntime, NodeSpec};
 use harness::valkey::{NEW, OLD, key_slot};
 use sha2::{Digest, Sha256};
 use valkey_operator::roll::{Role, SlotRange};
-use valkey_operator::valkey::{NodeAddress, NodeClient, forget_everywhere};
+use valkey_operator::valkey::{Credentials, NodeAddress, NodeClient, forget_everywhere};
 
 const CALL: Duration = Duration::from_secs(2);
 
@@ -179,6 +179,31 @@ async fn engine_commands_on_real_nodes() {
         .await
         .unwrap();
     assert_eq!(auth, "OK");
+
+    // Connecting as a user: the password goes in the handshake; a wrong one is refused there,
+    // and neither the error nor the credentials' Debug ever shows it.
+    let app = Credentials {
+        username: "app".into(),
+        password: "s3cret".into(),
+    };
+    let as_app = NodeClient::connect_as(b.addr(), CALL, Some(&app))
+        .await
+        .unwrap();
+    as_app.ping().await.unwrap();
+    let wrong = Credentials {
+        password: "guessed-wrong".into(),
+        ..app.clone()
+    };
+    let error = NodeClient::connect_as(b.addr(), CALL, Some(&wrong))
+        .await
+        .err()
+        .expect("a wrong password was accepted")
+        .to_string();
+    assert!(
+        error.contains(b.addr()) && !error.contains("guessed-wrong"),
+        "{error}"
+    );
+    assert!(!format!("{wrong:?}").contains("guessed-wrong"));
 
     // a, now a replica, leaves: stop it, then every remaining node forgets it.
     runtime.stop_node("a").await.unwrap();

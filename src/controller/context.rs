@@ -22,8 +22,11 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
-    /// What each node's users were last written as (see [`super::live::AppliedAcl`]).
-    pub applied_acl: super::live::AppliedAcl,
+    /// What each node's users were last written as (see [`super::live::Applied`]).
+    pub applied_acl: super::live::Applied,
+    /// Which certificate each TLS node last reloaded, and when each Secret version was seen.
+    pub applied_tls: super::live::Applied,
+    pub certificate_versions: super::live::CertificateVersions,
     /// The election's word, checked before acting (see [`super::leader::Leadership`]).
     pub leadership: tokio::sync::watch::Receiver<super::leader::Leadership>,
 }

@@ -3,15 +3,23 @@
 //! Valkey settings `CONFIG SET` can change, once the cluster has converged. A new node also
 //! gets the users before it becomes Active (see `crate::execute`).
 //!
-//! [`AppliedAcl`] remembers what each node was last given, so a pass writes a node's users only
-//! when they changed (or the node is new): a converged cluster costs no ACL call.
+//! A TLS cluster's nodes also reload their certificate files (`CONFIG SET tls-cert-file`, which
+//! re-reads all of them) when its Secret changes: the kubelet swaps the mounted files a while
+//! after the Secret changes, so the reload is repeated on each pass for [`RELOAD_WINDOW`] after
+//! the operator first saw the new Secret, then not again.
+//!
+//! [`Applied`] remembers what each node was last given, so a pass writes a node's users only
+//! when they changed, the node is new, it refused some, or [`REFRESH`] has passed: a converged
+//! cluster costs no ACL call but one every ten minutes. The memory is cleared at each new term
+//! of leadership (another replica may have written meanwhile).
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use super::render::{TLS_CERT_KEY, tls_file};
 use super::secrets::PasswordHashes;
 use crate::acl::{self, AclError};
 use crate::api::ValkeyCluster;
@@ -19,7 +27,7 @@ use crate::execute::Member;
 use crate::execute::acl::{DesiredAcl, Refusal, apply_users};
 use crate::fleet::{ClusterKey, Fleet};
 use crate::roll::ObservedNode;
-use crate::valkey::{NodeAddress, NodeClient};
+use crate::valkey::{NodeAddress, NodeClient, Reach};
 
 /// The cluster's users as `ACL SETUSER` rules, and why each user that could not be built was
 /// not (that user is left as it is on the nodes).
@@ -48,29 +56,81 @@ pub struct NodeRefusal {
     pub refusal: Refusal,
 }
 
+/// How long a write is trusted: after this a node is written again, so a node changed by hand
+/// is repaired and the memory never vouches for long for what it did not see.
+pub const REFRESH: Duration = Duration::from_secs(600);
+
 /// What each node of each cluster was last given: its address (a new server at a new address
-/// starts with no users) and a digest of the users.
+/// starts with nothing), a digest of what it was given (its users, or the certificate it
+/// reloaded), when, and what it refused of it.
 #[derive(Debug, Default)]
-pub struct AppliedAcl(Mutex<HashMap<ClusterKey, NodeDigests>>);
+pub struct Applied(Mutex<HashMap<ClusterKey, HashMap<String, Written>>>);
 
-/// Per node name: the address it was written at and the digest of its users.
-type NodeDigests = HashMap<String, (NodeAddress, u64)>;
+#[derive(Clone, Debug)]
+struct Written {
+    at: NodeAddress,
+    digest: u64,
+    when: Instant,
+    refusals: Vec<Refusal>,
+}
 
-impl AppliedAcl {
+impl Applied {
+    /// Whether the node took exactly this, whole, recently enough.
     fn is_current(&self, cluster: &ClusterKey, node: &str, at: NodeAddress, digest: u64) -> bool {
         let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
         applied
             .get(cluster)
             .and_then(|nodes| nodes.get(node))
-            .is_some_and(|entry| *entry == (at, digest))
+            .is_some_and(|w| {
+                w.at == at
+                    && w.digest == digest
+                    && w.refusals.is_empty()
+                    && w.when.elapsed() < REFRESH
+            })
     }
 
-    fn record(&self, cluster: &ClusterKey, node: &str, at: NodeAddress, digest: u64) {
+    fn record(
+        &self,
+        cluster: &ClusterKey,
+        node: &str,
+        at: NodeAddress,
+        digest: u64,
+        refusals: Vec<Refusal>,
+    ) {
         let mut applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let written = Written {
+            at,
+            digest,
+            when: Instant::now(),
+            refusals,
+        };
         applied
             .entry(cluster.clone())
             .or_default()
-            .insert(node.to_owned(), (at, digest));
+            .insert(node.to_owned(), written);
+    }
+
+    /// What the members refused of `digest` when last written, reachable now or not, so a node
+    /// that misses one pass does not turn the condition true.
+    fn refusals(&self, cluster: &ClusterKey, digest: u64) -> Vec<NodeRefusal> {
+        let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let nodes = applied.get(cluster).into_iter().flatten();
+        let mut refusals: Vec<NodeRefusal> = nodes
+            .filter(|(_, w)| w.digest == digest)
+            .flat_map(|(node, w)| {
+                w.refusals.iter().map(|refusal| NodeRefusal {
+                    node: node.clone(),
+                    refusal: refusal.clone(),
+                })
+            })
+            .collect();
+        refusals.sort_by(|a, b| a.node.cmp(&b.node));
+        refusals
+    }
+
+    /// A new term of leadership: another replica may have written meanwhile.
+    pub fn clear(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     /// Keeps only the cluster's current members (retired nodes are forgotten).
@@ -109,37 +169,104 @@ fn reachable<'a>(
     })
 }
 
-/// Writes `users` on every reachable node that does not have them yet; returns what the nodes
-/// refused. A node that cannot be reached is tried again next pass.
+/// Writes `users` on every reachable node that does not have them whole yet; returns what the
+/// members refused when last written (a node that refused is tried again each pass, one that
+/// cannot be reached next pass).
 pub async fn apply_acl(
-    applied: &AppliedAcl,
+    applied: &Applied,
     cluster: &ClusterKey,
     members: &[Member],
     observed: &[ObservedNode],
     users: &DesiredAcl,
-    call_timeout: Duration,
+    reach: &Reach,
 ) -> Vec<NodeRefusal> {
     applied.keep_only(cluster, members);
     let digest = digest(users);
-    let mut refusals = Vec::new();
     for (node, address) in reachable(members, observed) {
         if applied.is_current(cluster, node, address, digest) {
             continue;
         }
-        let written = match NodeClient::at(address, call_timeout).await {
+        let written = match NodeClient::at(address, reach).await {
             Ok(client) => apply_users(&client, users).await,
             Err(error) => Err(error),
         };
         match written {
-            Ok(refused) if refused.is_empty() => applied.record(cluster, node, address, digest),
-            Ok(refused) => refusals.extend(refused.into_iter().map(|refusal| NodeRefusal {
-                node: node.to_owned(),
-                refusal,
-            })),
+            Ok(refused) => applied.record(cluster, node, address, digest, refused),
             Err(error) => tracing::warn!(%node, %error, "could not apply the ACL users"),
         }
     }
-    refusals
+    applied.refusals(cluster, digest)
+}
+
+/// How long after a Secret change its certificate is still reloaded each pass: a kubelet
+/// refreshes mounted Secrets within about a minute (its sync period plus cache).
+pub const RELOAD_WINDOW: Duration = Duration::from_secs(150);
+
+/// A TLS cluster's certificate as the Secret holds it now, and when the operator first saw
+/// that version.
+#[derive(Debug, Default)]
+pub struct CertificateVersions(Mutex<HashMap<ClusterKey, (String, Instant)>>);
+
+impl CertificateVersions {
+    /// Whether `version` was first seen long enough ago that a reload now finds the new files.
+    fn settled(&self, cluster: &ClusterKey, version: &str) -> bool {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match seen.get(cluster) {
+            Some((known, since)) if known == version => since.elapsed() > RELOAD_WINDOW,
+            _ => {
+                seen.insert(cluster.clone(), (version.to_owned(), Instant::now()));
+                false
+            }
+        }
+    }
+
+    pub fn forget(&self, cluster: &ClusterKey) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(cluster);
+    }
+}
+
+/// Makes every reachable node of a TLS cluster re-read its certificate files, until it has done
+/// so after [`RELOAD_WINDOW`] for this `version` of the Secret. A node that fails is logged and
+/// tried again next pass.
+pub async fn reload_certificates(
+    applied: &Applied,
+    versions: &CertificateVersions,
+    cluster: &ClusterKey,
+    members: &[Member],
+    observed: &[ObservedNode],
+    version: &str,
+    reach: &Reach,
+) {
+    applied.keep_only(cluster, members);
+    let settled = versions.settled(cluster, version);
+    let digest = text_digest(version);
+    for (node, address) in reachable(members, observed) {
+        if applied.is_current(cluster, node, address, digest) {
+            continue;
+        }
+        let reloaded = match NodeClient::at(address, reach).await {
+            Ok(client) => {
+                client
+                    .config_set("tls-cert-file", &tls_file(TLS_CERT_KEY))
+                    .await
+            }
+            Err(error) => Err(error),
+        };
+        match reloaded {
+            Ok(()) if settled => applied.record(cluster, node, address, digest, Vec::new()),
+            Ok(()) => {}
+            Err(error) => tracing::warn!(%node, %error, "could not reload the TLS certificate"),
+        }
+    }
+}
+
+fn text_digest(text: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    text.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Applies `settings` on every reachable node.
@@ -147,10 +274,10 @@ pub async fn apply_settings(
     members: &[Member],
     observed: &[ObservedNode],
     settings: &BTreeMap<String, String>,
-    call_timeout: Duration,
+    reach: &Reach,
 ) {
     for (node, address) in reachable(members, observed) {
-        let client = match NodeClient::at(address, call_timeout).await {
+        let client = match NodeClient::at(address, reach).await {
             Ok(client) => client,
             Err(error) => {
                 tracing::warn!(%node, %error, "could not reach a node to apply settings");

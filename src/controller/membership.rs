@@ -23,17 +23,18 @@ use super::status::node_role;
 use crate::api::{NodeRole, ValkeyNode, labels};
 use crate::roll::ObservedNode;
 
-/// Server-side applies the cluster's headless Service and PodDisruptionBudget (sized for the
-/// Pods the cluster has now, see [`ClusterRender::disruption_budget`]), each only if no object
-/// of that name exists or the existing one is this cluster's: a force-apply would otherwise
-/// take over a Service someone else owns (and garbage collection would delete it later).
+/// Server-side applies the cluster's headless Service, PodDisruptionBudget (sized for the
+/// Pods the cluster has now, see [`ClusterRender::disruption_budget`]) and NetworkPolicy, each
+/// only if no object of that name exists or the existing one is this cluster's: a force-apply
+/// would otherwise take over an object someone else owns (and garbage collection would delete
+/// it later). A NetworkPolicy that is someone else's is returned rather than failing the pass.
 pub async fn apply_owned_objects(
     client: &kube::Client,
     render: &ClusterRender<'_>,
     host: &KubeHost<'_>,
     namespace: &str,
     operator_namespace: &str,
-) -> Result<(), Error> {
+) -> Result<Option<Error>, Error> {
     let owner = render.owner_uid();
     let services = Api::<Service>::namespaced(client.clone(), namespace);
     apply_if_ours(&services, render.headless_service(), owner).await?;
@@ -44,9 +45,13 @@ pub async fn apply_owned_objects(
         owner,
     )
     .await?;
+    // A policy of that name that is not the cluster's is no reason to stop managing the
+    // cluster (an upgrade may meet one a person made): it is left alone and returned, to say.
     let policies = Api::<NetworkPolicy>::namespaced(client.clone(), namespace);
-    apply_if_ours(&policies, render.network_policy(operator_namespace), owner).await?;
-    Ok(())
+    match apply_if_ours(&policies, render.network_policy(operator_namespace), owner).await {
+        Err(conflict @ Error::NotOurs { .. }) => Ok(Some(conflict)),
+        other => other.map(|()| None),
+    }
 }
 
 /// Creates `object` if no object of its name exists (a create fails rather than take over one

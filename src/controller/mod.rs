@@ -122,6 +122,8 @@ pub async fn run(
         metrics,
         backoff: Backoff::default(),
         applied_acl: Default::default(),
+        applied_tls: Default::default(),
+        certificate_versions: Default::default(),
         leadership: leading.clone(),
     });
     loop {
@@ -129,6 +131,9 @@ pub async fn run(
             return;
         }
         tracing::info!("leading: reconciling ValkeyClusters");
+        // Another replica may have written to the nodes while this one did not lead.
+        context.applied_acl.clear();
+        context.applied_tls.clear();
         let mut lost = leading.clone();
         let lost = async move {
             let _ = lost.wait_for(Option::is_none).await;

@@ -41,6 +41,7 @@ use crate::execute::{self, NodeHost, StepInputs, observe::observe};
 use crate::fleet::ClusterKey;
 use crate::resolve::{self, EffectiveConfig};
 use crate::roll::{DesiredShape, RollMemory, Step, plan};
+use crate::valkey::Reach;
 use crate::words::first_of;
 
 /// The finalizer that retires a cluster's nodes before it goes.
@@ -81,6 +82,11 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         effective: &effective,
         default_zone_spread: ctx.settings.default_zone_spread,
     };
+    let (reach, certificate) =
+        match secrets::reach(&ctx.client, &namespace, cluster, ctx.timeouts.call).await {
+            Ok(reached) => reached,
+            Err(message) => return tls_unavailable(ctx, cluster, &stored, message).await,
+        };
     let nodes = read_nodes(ctx, cluster).await?;
     let mut host = KubeHost::new(
         ctx,
@@ -90,7 +96,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         stored.resource_version.clone(),
     );
     ctx.fence()?;
-    let observed = match prepare(ctx, &render, &mut host, &namespace).await {
+    let observed = match prepare(ctx, &render, &mut host, &namespace, &reach).await {
         Ok(observed) => observed,
         Err(error) => {
             // Said in the status too, so `kubectl describe` shows why nothing moves.
@@ -128,6 +134,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         desired: &desired,
         acl: &users,
         timeouts: &ctx.timeouts,
+        reach: &reach,
     };
     // The one write that must never come from a replica that no longer leads.
     ctx.fence()?;
@@ -143,9 +150,21 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         &members,
         &observed,
         &users,
-        ctx.timeouts.call,
+        &reach,
     )
     .await;
+    if let Some(version) = &certificate {
+        live::reload_certificates(
+            &ctx.applied_tls,
+            &ctx.certificate_versions,
+            &cluster_key(cluster),
+            &members,
+            &observed,
+            version,
+            &reach,
+        )
+        .await;
+    }
     let acl = acl_applied(&unbuilt, &refusals);
     if newly_failing(&stored.status, &acl) {
         let problem = acl.message.clone();
@@ -157,13 +176,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         .await;
     }
     if matches!(step, Step::Converged) {
-        live::apply_settings(
-            &members,
-            &observed,
-            &render.live_settings(),
-            ctx.timeouts.call,
-        )
-        .await;
+        live::apply_settings(&members, &observed, &render.live_settings(), &reach).await;
     }
     let report = PassReport {
         generation: cluster.metadata.generation,
@@ -223,6 +236,25 @@ async fn config_unresolved(
     Ok(Action::requeue(ctx.backoff.failed(&cluster_key(cluster))))
 }
 
+/// A TLS cluster whose CA cannot be read is not touched (nothing could be verified): said in
+/// the status, and retried with backoff; a Secret that appears or changes wakes it at once.
+async fn tls_unavailable(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    stored: &StoredStatus,
+    message: String,
+) -> Result<Action, Error> {
+    write_degraded(
+        ctx,
+        cluster,
+        &stored.status,
+        Reason::TlsUnavailable,
+        message,
+    )
+    .await?;
+    Ok(Action::requeue(ctx.backoff.failed(&cluster_key(cluster))))
+}
+
 /// A spec past the hard limits (admission was bypassed or off): said in the status and an
 /// event, and nothing else is done, whatever the numbers, until the spec changes.
 async fn spec_out_of_bounds(
@@ -258,14 +290,26 @@ async fn prepare(
     render: &ClusterRender<'_>,
     host: &mut KubeHost<'_>,
     namespace: &str,
+    reach: &Reach,
 ) -> Result<Vec<crate::roll::ObservedNode>, Error> {
     let operator_namespace = &ctx.settings.operator_namespace;
-    membership::apply_owned_objects(&ctx.client, render, host, namespace, operator_namespace)
-        .await?;
+    let conflict =
+        membership::apply_owned_objects(&ctx.client, render, host, namespace, operator_namespace)
+            .await?;
+    if let Some(conflict) = conflict {
+        tracing::warn!(cluster = %render.cluster.name_any(), %conflict, "NetworkPolicy not applied");
+        let problem = conflict.to_string();
+        publish(
+            &ctx.recorder,
+            render.cluster,
+            &ClusterEvent::NameConflict { problem },
+        )
+        .await;
+    }
     membership::hold_nodes(host, &ctx.client, namespace).await?;
     membership::create_missing_pods(&ctx.client, render, host, namespace).await?;
-    execute::membership::introduce(host, &ctx.timeouts).await?;
-    let observed = observe(&host.members(), ctx.timeouts.call).await;
+    execute::membership::introduce(host, &ctx.timeouts, reach).await?;
+    let observed = observe(&host.members(), reach).await;
     membership::sync_roles(&ctx.client, host, &observed, render, namespace).await?;
     Ok(observed)
 }
@@ -307,6 +351,8 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     publish(&ctx.recorder, cluster, &deleted).await;
     ctx.metrics.forget_cluster(&namespace, &cluster.name_any());
     ctx.applied_acl.forget(&cluster_key(cluster));
+    ctx.applied_tls.forget(&cluster_key(cluster));
+    ctx.certificate_versions.forget(&cluster_key(cluster));
     Ok(Action::await_change())
 }
 

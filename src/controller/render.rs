@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements, Service, ServicePort,
-    ServiceSpec, TCPSocketAction, TopologySpreadConstraint, Volume, VolumeMount,
+    ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements, SecretVolumeSource, Service,
+    ServicePort, ServiceSpec, TCPSocketAction, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::api::core::v1::{
     Capabilities, PodSecurityContext, SeccompProfile, SecurityContext,
@@ -38,6 +38,11 @@ pub const VALKEY_PORT: i32 = 6379;
 pub const BUS_PORT: i32 = 16379;
 /// The named ports of a node, on its container and on the Service.
 const PORTS: [(&str, i32); 2] = [("client", VALKEY_PORT), ("bus", BUS_PORT)];
+/// Where a TLS cluster's Secret is mounted, and its keys (cert-manager's names).
+pub const TLS_DIR: &str = "/etc/valkey/tls";
+pub const TLS_CA_KEY: &str = "ca.crt";
+pub const TLS_CERT_KEY: &str = "tls.crt";
+pub const TLS_KEY_KEY: &str = "tls.key";
 /// The uid and gid of the `valkey` user in the official Valkey images.
 pub const VALKEY_UID: i64 = 999;
 /// The label the chart puts on the operator's Pods (its selector label), by which a cluster's
@@ -219,11 +224,7 @@ impl ClusterRender<'_> {
             },
             spec: Some(PodSpec {
                 containers: vec![self.container(&node.spec.image)],
-                volumes: Some(vec![Volume {
-                    name: "data".into(),
-                    empty_dir: Some(EmptyDirVolumeSource::default()),
-                    ..Default::default()
-                }]),
+                volumes: Some(self.volumes()),
                 node_selector: self
                     .spec()
                     .placement
@@ -284,20 +285,22 @@ impl ClusterRender<'_> {
                 period_seconds: Some(2),
                 ..Default::default()
             }),
-            volume_mounts: Some(vec![VolumeMount {
-                name: "data".into(),
-                mount_path: DATA_DIR.into(),
-                ..Default::default()
-            }]),
+            volume_mounts: Some(self.volume_mounts()),
             security_context: Some(container_security()),
             ..Default::default()
         }
     }
 
-    /// `valkey-server`'s arguments: the cluster-mode basics, then every Valkey setting.
+    /// `valkey-server`'s arguments: the cluster-mode basics, TLS when the cluster has it, then
+    /// every Valkey setting.
     fn server_args(&self) -> Vec<String> {
+        let plain_port = if self.spec().tls.is_some() {
+            0
+        } else {
+            VALKEY_PORT
+        };
         let mut args: Vec<String> = [
-            ("--port", VALKEY_PORT.to_string()),
+            ("--port", plain_port.to_string()),
             ("--bind", "$(POD_IP)".to_string()),
             ("--protected-mode", "no".to_string()),
             ("--daemonize", "no".to_string()),
@@ -307,6 +310,7 @@ impl ClusterRender<'_> {
             ("--cluster-announce-ip", "$(POD_IP)".to_string()),
         ]
         .into_iter()
+        .chain(self.tls_args())
         .flat_map(|(flag, value)| [flag.to_string(), value])
         .collect();
         for (name, value) in self.valkey_settings() {
@@ -314,6 +318,65 @@ impl ClusterRender<'_> {
             args.push(value);
         }
         args
+    }
+
+    /// With `spec.tls`: TLS only on the client port (the plain port closed), and for
+    /// replication and the cluster bus; clients may present a certificate but need not (they
+    /// authenticate with ACL users).
+    fn tls_args(&self) -> Vec<(&'static str, String)> {
+        if self.spec().tls.is_none() {
+            return Vec::new();
+        }
+        let file = tls_file;
+        vec![
+            ("--tls-port", VALKEY_PORT.to_string()),
+            ("--cluster-port", BUS_PORT.to_string()),
+            ("--tls-cert-file", file(TLS_CERT_KEY)),
+            ("--tls-key-file", file(TLS_KEY_KEY)),
+            ("--tls-ca-cert-file", file(TLS_CA_KEY)),
+            ("--tls-replication", "yes".into()),
+            ("--tls-cluster", "yes".into()),
+            ("--tls-auth-clients", "optional".into()),
+        ]
+    }
+
+    /// The data volume, and a TLS cluster's Secret.
+    fn volumes(&self) -> Vec<Volume> {
+        let mut volumes = vec![Volume {
+            name: "data".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        }];
+        if let Some(tls) = &self.spec().tls {
+            volumes.push(Volume {
+                name: "tls".into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(tls.secret_ref.clone()),
+                    // Readable by the valkey group only (fsGroup), never by others.
+                    default_mode: Some(0o440),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+        volumes
+    }
+
+    fn volume_mounts(&self) -> Vec<VolumeMount> {
+        let mut mounts = vec![VolumeMount {
+            name: "data".into(),
+            mount_path: DATA_DIR.into(),
+            ..Default::default()
+        }];
+        if self.spec().tls.is_some() {
+            mounts.push(VolumeMount {
+                name: "tls".into(),
+                mount_path: TLS_DIR.into(),
+                read_only: Some(true),
+                ..Default::default()
+            });
+        }
+        mounts
     }
 
     /// Requests for what the config sets; a limit on memory only.
@@ -551,6 +614,11 @@ fn container_security() -> SecurityContext {
         run_as_non_root: Some(true),
         ..Default::default()
     }
+}
+
+/// The path of one key of a TLS cluster's mounted Secret.
+pub fn tls_file(key: &str) -> String {
+    format!("{TLS_DIR}/{key}")
 }
 
 /// The value of the role label.

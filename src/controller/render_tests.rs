@@ -439,3 +439,66 @@ fn the_network_policy_keeps_the_bus_to_the_cluster_and_names_every_client() {
         ]
     );
 }
+
+#[test]
+fn a_tls_cluster_serves_tls_only_with_its_secret_mounted_read_only() {
+    let mut cluster = cluster();
+    cluster.spec.tls = Some(crate::api::ClusterTls {
+        secret_ref: "orders-tls".into(),
+    });
+    let effective = effective("9.1.2");
+    let render = ClusterRender {
+        cluster: &cluster,
+        effective: &effective,
+        default_zone_spread: ZoneSpread::BestEffort,
+    };
+    let mut node = render.node("orders-1-a1b2", 1);
+    node.metadata.uid = Some("node-uid".into());
+    let spec = render.pod(&node, NodeRole::Primary).spec.unwrap();
+    let args = spec.containers[0].args.clone().unwrap().join(" ");
+    for expected in [
+        "--port 0 ",
+        "--tls-port 6379",
+        "--cluster-port 16379",
+        "--tls-cert-file /etc/valkey/tls/tls.crt",
+        "--tls-key-file /etc/valkey/tls/tls.key",
+        "--tls-ca-cert-file /etc/valkey/tls/ca.crt",
+        "--tls-replication yes",
+        "--tls-cluster yes",
+    ] {
+        assert!(args.contains(expected), "{expected}: {args}");
+    }
+    let volume = spec
+        .volumes
+        .unwrap()
+        .into_iter()
+        .find(|v| v.name == "tls")
+        .unwrap();
+    let secret = volume.secret.unwrap();
+    assert_eq!(secret.secret_name.as_deref(), Some("orders-tls"));
+    assert_eq!(secret.default_mode, Some(0o440));
+    let mount = spec.containers[0]
+        .volume_mounts
+        .clone()
+        .unwrap()
+        .into_iter()
+        .find(|m| m.name == "tls")
+        .unwrap();
+    assert_eq!(mount.mount_path, TLS_DIR);
+    assert_eq!(mount.read_only, Some(true));
+
+    // Without TLS, none of it.
+    let plain = super::tests::cluster();
+    let render = ClusterRender {
+        cluster: &plain,
+        effective: &effective,
+        default_zone_spread: ZoneSpread::BestEffort,
+    };
+    let spec = render.pod(&node, NodeRole::Primary).spec.unwrap();
+    let args = spec.containers[0].args.clone().unwrap().join(" ");
+    assert!(
+        args.contains("--port 6379") && !args.contains("tls"),
+        "{args}"
+    );
+    assert_eq!(spec.volumes.unwrap().len(), 1);
+}

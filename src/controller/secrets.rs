@@ -2,14 +2,19 @@
 //! Secret read once per pass and each password hashed at once, so only its SHA-256 leaves this
 //! module, never the password (not in logs, status or events either). A Secret that cannot be
 //! read is an answer too: that user is left as it is and `AclApplied` says why.
+//!
+//! Also the CA of a TLS cluster (`spec.tls.secretRef`), read each pass into its [`Reach`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use sha2::{Digest, Sha256};
 
+use super::render::TLS_CA_KEY;
 use crate::api::{SecretKeyRef, ValkeyCluster};
+use crate::valkey::Reach;
+use crate::valkey::tls::{TlsTrust, service_name};
 
 /// Per `(Secret, key)`: the password's SHA-256 as 64 hex digits, or why there is none.
 #[derive(Debug, Default)]
@@ -78,6 +83,44 @@ fn hash_of_key(secret: &Secret, name: &str, key: &str) -> Result<String, String>
         return Err(format!("Secret {name}: key {key:?} is empty"));
     }
     Ok(password_hash(&password.0))
+}
+
+/// How to reach the cluster's nodes: over TLS, trusting only the `ca.crt` of its
+/// `spec.tls.secretRef` for the Service's name, when it has one (with the Secret's
+/// resourceVersion, which changes when the certificate is renewed); or why it cannot be reached.
+pub async fn reach(
+    client: &Client,
+    namespace: &str,
+    cluster: &ValkeyCluster,
+    call_timeout: std::time::Duration,
+) -> Result<(Reach, Option<String>), String> {
+    let Some(tls) = &cluster.spec.tls else {
+        return Ok((Reach::plain(call_timeout), None));
+    };
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = api
+        .get_opt(&tls.secret_ref)
+        .await
+        .map_err(|error| format!("reading the TLS Secret {}: {error}", tls.secret_ref))?
+        .ok_or_else(|| {
+            format!(
+                "the TLS Secret {} does not exist in namespace {namespace}",
+                tls.secret_ref
+            )
+        })?;
+    let ca = secret
+        .data
+        .as_ref()
+        .and_then(|data| data.get(TLS_CA_KEY))
+        .ok_or_else(|| format!("the TLS Secret {} has no {TLS_CA_KEY}", tls.secret_ref))?;
+    let name = service_name(&cluster.name_any(), namespace);
+    let trust = TlsTrust::new(&ca.0, &name)
+        .map_err(|error| format!("the TLS Secret {}: {error}", tls.secret_ref))?;
+    let reach = Reach {
+        tls: Some(trust),
+        ..Reach::plain(call_timeout)
+    };
+    Ok((reach, secret.resource_version()))
 }
 
 #[cfg(test)]

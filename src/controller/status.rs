@@ -17,7 +17,7 @@ use crate::api::{
 use crate::metrics::RollProgress;
 use crate::roll::slots::SLOT_COUNT;
 use crate::roll::{DesiredShape, ObservedNode, Role, Step};
-use crate::words::first_of;
+use crate::words::{clip, first_of};
 
 /// The conditions a ValkeyCluster reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +57,8 @@ pub enum Reason {
     NodeRefused,
     /// A user's `passwordSecretRef` names a Secret or key that cannot be read.
     SecretUnreadable,
+    /// A TLS cluster's Secret (its CA) cannot be read: its nodes are not touched.
+    TlsUnavailable,
 }
 
 impl ConditionType {
@@ -88,6 +90,7 @@ impl Reason {
             Reason::InvalidAcl => "InvalidAcl",
             Reason::NodeRefused => "NodeRefused",
             Reason::SecretUnreadable => "SecretUnreadable",
+            Reason::TlsUnavailable => "TlsUnavailable",
         }
     }
 }
@@ -181,7 +184,8 @@ pub fn acl_applied(unbuilt: &[AclError], refusals: &[NodeRefusal]) -> Verdict {
         type_: ConditionType::AclApplied,
         status,
         reason,
-        message,
+        // Valkey's refusal quotes the whole rule; the event that repeats this must fit 1 KiB.
+        message: clip(message, 900),
     }
 }
 

@@ -15,7 +15,7 @@ use futures::future::join_all;
 
 use super::{Member, NodeHost, StepError, Timeouts};
 use crate::roll::{Lifecycle, Role};
-use crate::valkey::{ClusterNode, NodeAddress, NodeClient, forget_everywhere};
+use crate::valkey::{ClusterNode, NodeAddress, NodeClient, Reach, forget_everywhere};
 
 /// A member that answered just now.
 struct Live<'a> {
@@ -30,9 +30,10 @@ struct Live<'a> {
 pub async fn introduce<H: NodeHost>(
     host: &mut H,
     timeouts: &Timeouts,
+    reach: &Reach,
 ) -> Result<(), StepError<H::Error>> {
     let members = host.members();
-    let live = answering(&members, timeouts).await;
+    let live = answering(&members, reach).await;
     for node in &live {
         if node.member.id.as_deref() != Some(node.id.as_str()) {
             host.record_id(&node.member.name, &node.id, node.address)
@@ -77,11 +78,11 @@ pub fn strangers(views: &[Vec<ClusterNode>], known: &BTreeSet<&str>) -> BTreeSet
         .collect()
 }
 
-async fn answering<'a>(members: &'a [Member], timeouts: &Timeouts) -> Vec<Live<'a>> {
+async fn answering<'a>(members: &'a [Member], reach: &Reach) -> Vec<Live<'a>> {
     let attempts = members.iter().filter_map(|member| {
         let address = member.address?;
         Some(async move {
-            let client = NodeClient::at(address, timeouts.call).await.ok()?;
+            let client = NodeClient::at(address, reach).await.ok()?;
             let id = client.my_id().await.ok()?;
             Some(Live {
                 member,

@@ -4,13 +4,12 @@
 //! offset is never compared with a primary offset read later than it.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use futures::future::join_all;
 
 use super::Member;
 use crate::roll::{ObservedNode, ReplicaSync, Role};
-use crate::valkey::{ClusterNode, NodeAddress, NodeClient};
+use crate::valkey::{ClusterNode, NodeAddress, NodeClient, Reach};
 
 /// What one reachable node said about itself.
 struct NodeReport {
@@ -25,8 +24,8 @@ struct NodeReport {
     view: Vec<ClusterNode>,
 }
 
-async fn report(address: NodeAddress, call_timeout: Duration) -> Option<NodeReport> {
-    let client = NodeClient::at(address, call_timeout).await.ok()?;
+async fn report(address: NodeAddress, reach: &Reach) -> Option<NodeReport> {
+    let client = NodeClient::at(address, reach).await.ok()?;
     let replication = client.replication_info().await.ok()?;
     let info = client.cluster_info().await.ok()?;
     let view = client.cluster_nodes().await.ok()?;
@@ -52,13 +51,13 @@ async fn report(address: NodeAddress, call_timeout: Duration) -> Option<NodeRepo
     })
 }
 
-async fn report_of(member: &Member, call_timeout: Duration) -> Option<NodeReport> {
-    report(member.address?, call_timeout).await
+async fn report_of(member: &Member, reach: &Reach) -> Option<NodeReport> {
+    report(member.address?, reach).await
 }
 
 /// Observes every member; an unreachable one is reported as the rest of the cluster sees it.
-pub async fn observe(members: &[Member], call_timeout: Duration) -> Vec<ObservedNode> {
-    let reports = read_reports(members, call_timeout).await;
+pub async fn observe(members: &[Member], reach: &Reach) -> Vec<ObservedNode> {
+    let reports = read_reports(members, reach).await;
     let primaries: HashMap<String, &NodeReport> = reports
         .values()
         .filter(|r| r.role == Role::Primary)
@@ -82,8 +81,8 @@ pub async fn observe(members: &[Member], call_timeout: Duration) -> Vec<Observed
 }
 
 /// Every member's report, replicas read a second time after every primary.
-async fn read_reports(members: &[Member], call_timeout: Duration) -> HashMap<&str, NodeReport> {
-    let first = join_all(members.iter().map(|m| report_of(m, call_timeout))).await;
+async fn read_reports<'a>(members: &'a [Member], reach: &Reach) -> HashMap<&'a str, NodeReport> {
+    let first = join_all(members.iter().map(|m| report_of(m, reach))).await;
     let mut reports: HashMap<&str, NodeReport> = members
         .iter()
         .map(|m| m.name.as_str())
@@ -99,7 +98,7 @@ async fn read_reports(members: &[Member], call_timeout: Duration) -> HashMap<&st
         })
         .collect();
     for member in replicas {
-        match report_of(member, call_timeout).await {
+        match report_of(member, reach).await {
             Some(fresh) => reports.insert(member.name.as_str(), fresh),
             None => reports.remove(member.name.as_str()),
         };

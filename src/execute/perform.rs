@@ -4,7 +4,7 @@
 use super::acl::{DesiredAcl, apply_users};
 use super::{NodeHost, StepError, Timeouts};
 use crate::roll::{DesiredShape, RollMemory, SlotRange, Step};
-use crate::valkey::{NodeClient, forget_everywhere};
+use crate::valkey::{NodeClient, Reach, forget_everywhere};
 
 /// What a step needs besides the host and the roll memory.
 pub struct StepInputs<'a> {
@@ -13,6 +13,8 @@ pub struct StepInputs<'a> {
     /// them.
     pub acl: &'a DesiredAcl,
     pub timeouts: &'a Timeouts,
+    /// How to reach the cluster's nodes (TLS or not).
+    pub reach: &'a Reach,
 }
 
 /// What performing a step did, for events and reports.
@@ -41,15 +43,15 @@ pub async fn perform<H: NodeHost>(
             join(host, *shard, &inputs.desired.revision, Some(primary)).await
         }
         Step::Activate { node, .. } => activate(host, node, inputs).await,
-        Step::AssignSlots { assignments } => assign_slots(host, assignments, timeouts).await,
+        Step::AssignSlots { assignments } => assign_slots(host, assignments, inputs).await,
         Step::Failover { shard, from, to } => {
             memory.record_failover(&inputs.desired.revision, *shard);
             host.save_memory(memory).await.map_err(StepError::Host)?;
-            fail_over(host, from, to, timeouts).await
+            fail_over(host, from, to, inputs).await
         }
-        Step::HandOver { from, to, .. } => fail_over(host, from, to, timeouts).await,
+        Step::HandOver { from, to, .. } => fail_over(host, from, to, inputs).await,
         Step::TakeOver { to, .. } => {
-            client(host, to, timeouts)
+            client(host, to, inputs)
                 .await?
                 .take_over(timeouts.failover)
                 .await?;
@@ -58,14 +60,14 @@ pub async fn perform<H: NodeHost>(
         Step::MigrateSlots {
             from, to, slots, ..
         } => {
-            let target = client(host, to, timeouts).await?.my_id().await?;
-            client(host, from, timeouts)
+            let target = client(host, to, inputs).await?.my_id().await?;
+            client(host, from, inputs)
                 .await?
                 .migrate_slots(&target, slots, timeouts.migration)
                 .await?;
             Ok(Outcome::Done)
         }
-        Step::RetireNode { node, .. } => retire(host, node, timeouts).await,
+        Step::RetireNode { node, .. } => retire(host, node, inputs).await,
         Step::Wait { .. } | Step::Stalled { .. } | Step::Converged => Ok(Outcome::Done),
     }
 }
@@ -75,18 +77,22 @@ async fn fail_over<H: NodeHost>(
     host: &H,
     from: &str,
     to: &str,
-    timeouts: &Timeouts,
+    inputs: &StepInputs<'_>,
 ) -> Result<Outcome, H> {
-    let old_primary = client(host, from, timeouts).await?;
-    let new_primary = client(host, to, timeouts).await?;
+    let old_primary = client(host, from, inputs).await?;
+    let new_primary = client(host, to, inputs).await?;
     new_primary
-        .failover(&old_primary, timeouts.failover)
+        .failover(&old_primary, inputs.timeouts.failover)
         .await?;
     Ok(Outcome::Done)
 }
 
 /// A client of the node `name`, once the host knows its address.
-async fn client<H: NodeHost>(host: &H, name: &str, timeouts: &Timeouts) -> Result<NodeClient, H> {
+async fn client<H: NodeHost>(
+    host: &H,
+    name: &str,
+    inputs: &StepInputs<'_>,
+) -> Result<NodeClient, H> {
     let member = host
         .members()
         .into_iter()
@@ -97,7 +103,7 @@ async fn client<H: NodeHost>(host: &H, name: &str, timeouts: &Timeouts) -> Resul
     let address = member.address.ok_or_else(|| StepError::NoAddress {
         node: name.to_owned(),
     })?;
-    Ok(NodeClient::at(address, timeouts.call).await?)
+    Ok(NodeClient::at(address, inputs.reach).await?)
 }
 
 async fn join<H: NodeHost>(
@@ -121,7 +127,7 @@ async fn activate<H: NodeHost>(
 ) -> Result<Outcome, H> {
     // A user the node refuses does not keep it from serving: the controller's next pass says
     // so in `AclApplied` and keeps trying, and the roll of healthy nodes goes on.
-    let refused = apply_users(&client(host, node, inputs.timeouts).await?, inputs.acl).await?;
+    let refused = apply_users(&client(host, node, inputs).await?, inputs.acl).await?;
     if !refused.is_empty() {
         tracing::warn!(%node, refused = refused.len(), "node refused some ACL users");
     }
@@ -132,10 +138,10 @@ async fn activate<H: NodeHost>(
 async fn assign_slots<H: NodeHost>(
     host: &H,
     assignments: &[(String, Vec<SlotRange>)],
-    timeouts: &Timeouts,
+    inputs: &StepInputs<'_>,
 ) -> Result<Outcome, H> {
     for (node, slots) in assignments {
-        client(host, node, timeouts)
+        client(host, node, inputs)
             .await?
             .add_slots_range(slots)
             .await?;
@@ -145,7 +151,11 @@ async fn assign_slots<H: NodeHost>(
 
 /// Removes the node, then makes every remaining node that answers forget it (otherwise gossip
 /// would reintroduce it).
-async fn retire<H: NodeHost>(host: &mut H, node: &str, timeouts: &Timeouts) -> Result<Outcome, H> {
+async fn retire<H: NodeHost>(
+    host: &mut H,
+    node: &str,
+    inputs: &StepInputs<'_>,
+) -> Result<Outcome, H> {
     let id = host
         .members()
         .into_iter()
@@ -160,7 +170,7 @@ async fn retire<H: NodeHost>(host: &mut H, node: &str, timeouts: &Timeouts) -> R
         let Some(address) = other.address else {
             continue;
         };
-        if let Ok(client) = NodeClient::at(address, timeouts.call).await
+        if let Ok(client) = NodeClient::at(address, inputs.reach).await
             && client.ping().await.is_ok()
         {
             remaining.push(client);

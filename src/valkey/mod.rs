@@ -4,6 +4,7 @@
 
 pub mod address;
 pub mod parse;
+pub mod tls;
 
 use std::time::Duration;
 
@@ -59,16 +60,21 @@ pub enum EngineError {
 }
 
 impl EngineError {
-    /// A small, bounded label for metrics.
-    /// The node answered with an error (it refused the command), as opposed to not answering.
+    /// The node refused the command itself (`ERR …`), as opposed to not answering or being
+    /// busy (`LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN` say nothing about the command).
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
             EngineError::Command { source, .. }
-                if matches!(source.kind(), redis::ErrorKind::Server(_) | redis::ErrorKind::Extension)
+                if matches!(
+                    source.kind(),
+                    redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+                        | redis::ErrorKind::Extension
+                )
         )
     }
 
+    /// A small, bounded label for metrics.
     pub fn category(&self) -> &'static str {
         match self {
             EngineError::Command { .. } => "command",
@@ -82,6 +88,51 @@ impl EngineError {
 
 pub type Result<T> = std::result::Result<T, EngineError>;
 
+/// How the operator reaches one cluster's nodes: the bound on connecting and on each call, TLS
+/// when the cluster serves it, and the user it authenticates as, if any.
+#[derive(Clone, Debug)]
+pub struct Reach {
+    pub call_timeout: Duration,
+    pub tls: Option<tls::TlsTrust>,
+    pub credentials: Option<Credentials>,
+}
+
+impl Reach {
+    /// Plain TCP as the `default` user (a cluster without `spec.tls`).
+    pub fn plain(call_timeout: Duration) -> Self {
+        Self {
+            call_timeout,
+            tls: None,
+            credentials: None,
+        }
+    }
+}
+
+/// A Valkey user and its password, sent with `AUTH` (`HELLO`) when connecting. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// The handshake settings: the user to authenticate as, if any.
+fn handshake(credentials: Option<&Credentials>) -> redis::RedisConnectionInfo {
+    let info = redis::RedisConnectionInfo::default();
+    match credentials {
+        Some(c) => info.set_username(&c.username).set_password(&c.password),
+        None => info,
+    }
+}
+
 /// A connection to one Valkey node.
 #[derive(Clone)]
 pub struct NodeClient {
@@ -91,16 +142,28 @@ pub struct NodeClient {
 }
 
 impl NodeClient {
-    /// Connect to `ip:port`; connecting and every later call are bounded by `call_timeout`.
+    /// Connect to `ip:port` as the `default` user; connecting and every later call are bounded
+    /// by `call_timeout`.
     pub async fn connect(addr: &str, call_timeout: Duration) -> Result<Self> {
+        Self::connect_as(addr, call_timeout, None).await
+    }
+
+    /// Connect to `ip:port`, authenticating with `credentials` when given.
+    pub async fn connect_as(
+        addr: &str,
+        call_timeout: Duration,
+        credentials: Option<&Credentials>,
+    ) -> Result<Self> {
         let command = "connect".to_owned();
-        let client = redis::Client::open(format!("redis://{addr}/")).map_err(|source| {
-            EngineError::Command {
+        let info = redis::IntoConnectionInfo::into_connection_info(format!("redis://{addr}/"))
+            .map(|info| info.set_redis_settings(handshake(credentials)));
+        let client = info
+            .and_then(redis::Client::open)
+            .map_err(|source| EngineError::Command {
                 node: addr.to_owned(),
                 command: command.clone(),
                 source,
-            }
-        })?;
+            })?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(call_timeout))
             .set_response_timeout(Some(call_timeout));
@@ -126,9 +189,53 @@ impl NodeClient {
         })
     }
 
-    /// Connect to a node's client address (see [`NodeClient::connect`]).
-    pub async fn at(address: NodeAddress, call_timeout: Duration) -> Result<Self> {
-        Self::connect(&address.to_string(), call_timeout).await
+    /// Connect to a node's client address as `reach` says: over TLS when the cluster serves it.
+    pub async fn at(address: NodeAddress, reach: &Reach) -> Result<Self> {
+        let addr = address.to_string();
+        let credentials = reach.credentials.as_ref();
+        match &reach.tls {
+            None => Self::connect_as(&addr, reach.call_timeout, credentials).await,
+            Some(trust) => Self::connect_tls(&addr, reach.call_timeout, trust, credentials).await,
+        }
+    }
+
+    /// Connect over TLS, checking the node's certificate against `trust`; the whole handshake
+    /// is bounded by `call_timeout`, like every later call.
+    pub async fn connect_tls(
+        addr: &str,
+        call_timeout: Duration,
+        trust: &tls::TlsTrust,
+        credentials: Option<&Credentials>,
+    ) -> Result<Self> {
+        let failed = |source: redis::RedisError| EngineError::Command {
+            node: addr.to_owned(),
+            command: "connect (TLS)".to_owned(),
+            source,
+        };
+        let config = AsyncConnectionConfig::new().set_response_timeout(Some(call_timeout));
+        let connecting = async {
+            let tcp = tokio::net::TcpStream::connect(addr).await?;
+            let connector = tokio_rustls::TlsConnector::from(trust.config.clone());
+            connector.connect(trust.server_name.clone(), tcp).await
+        };
+        let stream = timeout(call_timeout, connecting)
+            .await
+            .map_err(|_| EngineError::Timeout {
+                node: addr.to_owned(),
+                command: "connect (TLS)".to_owned(),
+                after: call_timeout,
+            })?
+            .map_err(|error| failed(error.into()))?;
+        let info = handshake(credentials);
+        let (conn, driver) = MultiplexedConnection::new_with_config(&info, stream, config)
+            .await
+            .map_err(failed)?;
+        tokio::spawn(driver);
+        Ok(Self {
+            addr: addr.to_owned(),
+            conn,
+            call_timeout,
+        })
     }
 
     /// `ip:port` of the node.

@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use k8s_openapi::api::core::v1::KeyToPath;
+
 /// The Valkey version an image's tag names: `valkey/valkey:9.1.2` and
 /// `docker.io/valkey/valkey:9.1.2-alpine` name `9.1.2`; an untagged or non-version tag
 /// names none.
@@ -86,6 +88,26 @@ pub fn program(argv0: &str, valkey_server: &Path) -> PathBuf {
     }
 }
 
+/// A Secret or ConfigMap volume's files: every key, or with `items` only the keys listed, each
+/// at its `path` (a key listed but absent fails the volume, as on a real kubelet).
+pub fn project(
+    data: BTreeMap<String, Vec<u8>>,
+    items: Option<&[KeyToPath]>,
+) -> Result<BTreeMap<String, Vec<u8>>, String> {
+    let Some(items) = items else {
+        return Ok(data);
+    };
+    items
+        .iter()
+        .map(|item| {
+            let content = data
+                .get(&item.key)
+                .ok_or_else(|| format!("key {:?} not found", item.key))?;
+            Ok((item.path.clone(), content.clone()))
+        })
+        .collect()
+}
+
 /// Rewrites an argument that names a path under a volume mount to the Pod's folder for
 /// that volume: with `/data` mounted, `/data/nodes.conf` becomes `<pod>/volumes/data/nodes.conf`.
 /// Mounts are `(mount path, host folder)`; the longest matching mount wins.
@@ -117,6 +139,33 @@ fn basename(path: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn items_choose_the_keys_and_their_paths() {
+        let data = BTreeMap::from([
+            ("password".to_string(), b"p".to_vec()),
+            ("auth.conf".to_string(), b"user default off".to_vec()),
+        ]);
+        assert_eq!(project(data.clone(), None).unwrap(), data);
+        let only = [KeyToPath {
+            key: "auth.conf".into(),
+            path: "conf/auth.conf".into(),
+            mode: None,
+        }];
+        assert_eq!(
+            project(data.clone(), Some(&only)).unwrap(),
+            BTreeMap::from([("conf/auth.conf".to_string(), b"user default off".to_vec())])
+        );
+        let missing = [KeyToPath {
+            key: "nope".into(),
+            path: "nope".into(),
+            mode: None,
+        }];
+        assert_eq!(
+            project(data, Some(&missing)).unwrap_err(),
+            "key \"nope\" not found"
+        );
+    }
 
     fn strings(items: &[&str]) -> Vec<String> {
         items.iter().map(|s| s.to_string()).collect()

@@ -20,7 +20,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
-use super::container::{argv, expand, map_mounts, program, valkey_port, valkey_version};
+use super::container::{argv, expand, map_mounts, program, project, valkey_port, valkey_version};
 use super::{PodSlot, Shared, ip};
 use crate::process::ProcessGuard;
 
@@ -403,11 +403,14 @@ impl PodWorker {
                     .collect()
             } else if let Some(secret) = &volume.secret {
                 let name = secret.secret_name.clone().unwrap_or_default();
-                self.secret(&name).await?
+                let all = self.secret(&name).await?;
+                project(all, secret.items.as_deref())
+                    .map_err(|e| config_error(format!("volume {}: {e}", volume.name)))?
             } else {
                 BTreeMap::new()
             };
-            write_files(&dir, &files)
+            let mode = volume.secret.as_ref().and_then(|s| s.default_mode);
+            write_files(&dir, &files, mode)
                 .map_err(|e| config_error(format!("volume {}: {e}", volume.name)))?;
         }
         Ok((container
@@ -665,10 +668,24 @@ fn field_value(pod: &Pod, path: &str, ip: Ipv4Addr, node: &str) -> Option<String
     }
 }
 
-fn write_files(dir: &Path, files: &BTreeMap<String, Vec<u8>>) -> std::io::Result<()> {
+/// Writes each file (its path may hold folders) with `mode` when one is given, as a kubelet
+/// writes a Secret volume's `defaultMode`.
+fn write_files(
+    dir: &Path,
+    files: &BTreeMap<String, Vec<u8>>,
+    mode: Option<i32>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(dir)?;
     for (name, content) in files {
-        std::fs::write(dir.join(name), content)?;
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(&path, content)?;
+        if let Some(mode) = mode.and_then(|m| u32::try_from(m).ok()) {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+        }
     }
     Ok(())
 }

@@ -16,7 +16,7 @@ use valkey_operator::execute::{
 use valkey_operator::roll::{
     DesiredShape, Lifecycle, ObservedNode, RollMemory, StallReason, Step, plan,
 };
-use valkey_operator::valkey::NodeAddress;
+use valkey_operator::valkey::{NodeAddress, Reach};
 
 /// Why driving the roll stopped.
 #[derive(Debug, thiserror::Error)]
@@ -208,13 +208,14 @@ impl<R: NodeRuntime> Roller<R> {
 
     /// Observe every node, as the executor does before planning.
     pub async fn observe(&self) -> Vec<ObservedNode> {
-        observe::observe(&self.host.members(), self.timeouts.call).await
+        observe::observe(&self.host.members(), &Reach::plain(self.timeouts.call)).await
     }
 
     /// Membership, observe, plan, and perform one step; returns the step (performed or not,
     /// on error).
     pub async fn step(&mut self, desired: &DesiredShape) -> (Step, Result<(), DriveError>) {
-        if let Err(error) = membership::introduce(&mut self.host, &self.timeouts).await {
+        let reach = Reach::plain(self.timeouts.call);
+        if let Err(error) = membership::introduce(&mut self.host, &self.timeouts, &reach).await {
             tracing::warn!(%error, "membership unfinished");
         }
         let observed = self.observe().await;
@@ -225,6 +226,7 @@ impl<R: NodeRuntime> Roller<R> {
             desired,
             acl: &acl,
             timeouts: &self.timeouts,
+            reach: &reach,
         };
         let result = perform(&mut self.host, &step, &mut self.memory, &inputs).await;
         if !matches!(step, Step::Wait { .. } | Step::Converged) {

@@ -1,0 +1,129 @@
+//! The operator's TLS client against a TLS endpoint. The Valkey binaries here are built without
+//! TLS, so a real valkey-server sits behind a TLS-terminating proxy whose certificate names
+//! `orders.team-a.svc` (the cluster's Service, the name the operator checks) and is signed by a
+//! test CA: the operator's client talks to the node through it when it trusts that CA for that
+//! name, and refuses another name, another CA, or a CA file with no certificate.
+
+// Test code reports failures by panicking; the house rules against it are for the product.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use harness::eventually;
+use harness::valkey::OLD;
+use harness::valkey::roller::LocalRuntime;
+use harness::valkey::runtime::{NodeRuntime, NodeSpec};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use valkey_operator::certs::write_dev_certificates;
+use valkey_operator::valkey::NodeClient;
+use valkey_operator::valkey::tls::{TlsTrust, TlsTrustError, service_name};
+
+const CALL: Duration = Duration::from_secs(2);
+
+/// Accepts TLS on a loopback port and forwards the plaintext to `backend`.
+async fn tls_proxy(cert_pem: &[u8], key_pem: &[u8], backend: String) -> String {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem)
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_slice(key_pem).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        loop {
+            let Ok((client, _)) = listener.accept().await else {
+                return;
+            };
+            let (acceptor, backend) = (acceptor.clone(), backend.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(client).await else {
+                    return;
+                };
+                let Ok(mut plain) = TcpStream::connect(&backend).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    address
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_reaches_a_node_over_tls_checking_the_ca_and_the_name() {
+    let runtime = LocalRuntime::new(47).unwrap();
+    let spec = NodeSpec {
+        name: "tls-0".into(),
+        shard: 0,
+        revision: OLD.into(),
+    };
+    let node = runtime.start_node(&spec).await.unwrap().to_string();
+    eventually("the node to answer", Duration::from_secs(10), async || {
+        NodeClient::connect(&node, CALL)
+            .await
+            .ok()?
+            .ping()
+            .await
+            .ok()
+    })
+    .await;
+
+    let name = service_name("orders", "team-a");
+    assert_eq!(name, "orders.team-a.svc");
+    let ours = tempfile::tempdir().unwrap();
+    let certificates =
+        write_dev_certificates(ours.path(), std::slice::from_ref(&name), &[]).unwrap();
+    let theirs = tempfile::tempdir().unwrap();
+    let foreign = write_dev_certificates(theirs.path(), std::slice::from_ref(&name), &[]).unwrap();
+    let read = |path: &std::path::Path| std::fs::read(path).unwrap();
+    let proxy = tls_proxy(&read(&certificates.cert), &read(&certificates.key), node).await;
+    let ca = read(&certificates.ca_cert);
+
+    // The cluster's CA, the Service's name: commands reach the node.
+    let trust = TlsTrust::new(&ca, &name).unwrap();
+    let client = NodeClient::connect_tls(&proxy, CALL, &trust, None)
+        .await
+        .unwrap();
+    client.ping().await.unwrap();
+    assert_eq!(client.server_info().await.unwrap().version, OLD);
+
+    // Another cluster's name, or another CA: refused during the handshake.
+    let elsewhere = TlsTrust::new(&ca, &service_name("payments", "team-a")).unwrap();
+    let error = NodeClient::connect_tls(&proxy, CALL, &elsewhere, None)
+        .await
+        .err()
+        .expect("a certificate for another name was accepted");
+    assert!(error.to_string().contains("connect (TLS)"), "{error}");
+    let stranger = TlsTrust::new(&read(&foreign.ca_cert), &name).unwrap();
+    assert!(
+        NodeClient::connect_tls(&proxy, CALL, &stranger, None)
+            .await
+            .is_err(),
+        "a certificate from another CA was accepted"
+    );
+
+    // Plain text gets nothing from the TLS port.
+    let plain = NodeClient::connect(&proxy, Duration::from_millis(500)).await;
+    assert!(
+        match plain {
+            Ok(client) => client.ping().await.is_err(),
+            Err(_) => true,
+        },
+        "a plain-text client was answered on the TLS port"
+    );
+
+    assert!(matches!(
+        TlsTrust::new(b"not a certificate", &name),
+        Err(TlsTrustError::NoCertificate)
+    ));
+}
