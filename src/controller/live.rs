@@ -77,6 +77,17 @@ struct Written {
 impl Applied {
     /// Whether the node took exactly this, whole, recently enough.
     fn is_current(&self, cluster: &ClusterKey, node: &str, at: NodeAddress, digest: u64) -> bool {
+        self.is_current_at(cluster, node, at, digest, Instant::now())
+    }
+
+    fn is_current_at(
+        &self,
+        cluster: &ClusterKey,
+        node: &str,
+        at: NodeAddress,
+        digest: u64,
+        now: Instant,
+    ) -> bool {
         let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
         applied
             .get(cluster)
@@ -85,7 +96,7 @@ impl Applied {
                 w.at == at
                     && w.digest == digest
                     && w.refusals.is_empty()
-                    && w.when.elapsed() < REFRESH
+                    && now.saturating_duration_since(w.when) < REFRESH
             })
     }
 
@@ -210,11 +221,17 @@ pub struct CertificateVersions(Mutex<HashMap<ClusterKey, (String, Instant)>>);
 impl CertificateVersions {
     /// Whether `version` was first seen long enough ago that a reload now finds the new files.
     fn settled(&self, cluster: &ClusterKey, version: &str) -> bool {
+        self.settled_at(cluster, version, Instant::now())
+    }
+
+    fn settled_at(&self, cluster: &ClusterKey, version: &str, now: Instant) -> bool {
         let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
         match seen.get(cluster) {
-            Some((known, since)) if known == version => since.elapsed() > RELOAD_WINDOW,
+            Some((known, since)) if known == version => {
+                now.saturating_duration_since(*since) > RELOAD_WINDOW
+            }
             _ => {
-                seen.insert(cluster.clone(), (version.to_owned(), Instant::now()));
+                seen.insert(cluster.clone(), (version.to_owned(), now));
                 false
             }
         }
@@ -289,5 +306,92 @@ pub async fn apply_settings(
                 tracing::warn!(%node, %key, %error, "could not apply a setting live");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(name: &str) -> Member {
+        Member {
+            name: name.into(),
+            shard: 0,
+            revision: "r".into(),
+            lifecycle: crate::roll::Lifecycle::Active,
+            join_overdue: false,
+            address: None,
+            id: None,
+            replica_of: None,
+            handover_requested: false,
+            terminated: false,
+            leaving: false,
+        }
+    }
+
+    fn refusal() -> Refusal {
+        Refusal {
+            user: "batch".into(),
+            error: "ERR Unknown command 'nosuchcommand'".into(),
+        }
+    }
+
+    #[test]
+    fn a_node_is_written_again_when_anything_it_was_given_changes_or_it_refused() {
+        let applied = Applied::default();
+        let cluster = ClusterKey::new("a", "orders");
+        let at: NodeAddress = "127.0.0.2:6379".parse().unwrap();
+        let elsewhere: NodeAddress = "127.0.0.3:6379".parse().unwrap();
+        let now = Instant::now();
+        assert!(!applied.is_current_at(&cluster, "n1", at, 7, now));
+        applied.record(&cluster, "n1", at, 7, Vec::new());
+        assert!(applied.is_current(&cluster, "n1", at, 7));
+        assert!(!applied.is_current(&cluster, "n1", at, 8), "new users");
+        assert!(
+            !applied.is_current(&cluster, "n1", elsewhere, 7),
+            "a new server"
+        );
+        assert!(
+            !applied.is_current_at(&cluster, "n1", at, 7, Instant::now() + REFRESH),
+            "trusted for REFRESH only"
+        );
+        applied.clear();
+        assert!(
+            !applied.is_current(&cluster, "n1", at, 7),
+            "a new term trusts nothing"
+        );
+    }
+
+    #[test]
+    fn refusals_outlive_a_missed_pass_and_go_with_their_node() {
+        let applied = Applied::default();
+        let cluster = ClusterKey::new("a", "orders");
+        let at: NodeAddress = "127.0.0.2:6379".parse().unwrap();
+        applied.record(&cluster, "n1", at, 7, vec![refusal()]);
+        applied.record(&cluster, "n2", at, 7, Vec::new());
+        // Retried each pass, and reported even when n1 does not answer in the next one.
+        assert!(!applied.is_current(&cluster, "n1", at, 7));
+        let reported = applied.refusals(&cluster, 7);
+        assert_eq!(reported.len(), 1);
+        assert_eq!(reported[0].node, "n1");
+        // Only refusals of what is desired now count.
+        assert!(applied.refusals(&cluster, 8).is_empty());
+        // A retired node's refusals go with it.
+        applied.keep_only(&cluster, &[member("n2")]);
+        assert!(applied.refusals(&cluster, 7).is_empty());
+    }
+
+    #[test]
+    fn a_certificate_is_reloaded_until_the_window_after_its_first_sighting() {
+        let versions = CertificateVersions::default();
+        let cluster = ClusterKey::new("a", "orders");
+        let start = Instant::now();
+        assert!(!versions.settled_at(&cluster, "v1", start));
+        assert!(!versions.settled_at(&cluster, "v1", start + RELOAD_WINDOW / 2));
+        assert!(versions.settled_at(&cluster, "v1", start + RELOAD_WINDOW * 2));
+        // A renewal starts the window again.
+        let later = start + RELOAD_WINDOW * 3;
+        assert!(!versions.settled_at(&cluster, "v2", later));
+        assert!(versions.settled_at(&cluster, "v2", later + RELOAD_WINDOW * 2));
     }
 }

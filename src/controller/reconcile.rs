@@ -31,7 +31,7 @@ use super::host::{KubeHost, MANAGER, delete_node};
 use super::observe::{StoredStatus, memory_of, read_nodes, read_status};
 use super::render::ClusterRender;
 use super::status::{
-    PassReport, Reason, Verdict, acl_applied, degraded, progress, set_condition, summarize,
+    PassReport, Reason, acl_applied, degraded, newly_failing, progress, set_condition, summarize,
 };
 use super::{act, live, membership, secrets};
 use crate::api::annotations::RETRY_FAILOVERS;
@@ -166,7 +166,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         .await;
     }
     let acl = acl_applied(&unbuilt, &refusals);
-    if newly_failing(&stored.status, &acl) {
+    if newly_failing(&stored.status.conditions, &acl) {
         let problem = acl.message.clone();
         publish(
             &ctx.recorder,
@@ -200,14 +200,6 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     // Only a pass that got this far resets the backoff: one waiting for its config keeps it.
     ctx.backoff.succeeded(&cluster_key(cluster));
     Ok(requeue_after(&step))
-}
-
-/// A false verdict the stored status did not already hold (for the same reason): worth an event.
-fn newly_failing(stored: &ValkeyClusterStatus, verdict: &Verdict) -> bool {
-    let type_ = verdict.type_.as_str();
-    let before = stored.conditions.iter().find(|c| c.type_ == type_);
-    !verdict.status
-        && before.is_none_or(|c| c.status != "False" || c.reason != verdict.reason.as_str())
 }
 
 /// The effective config, or why there is none.

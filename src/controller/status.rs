@@ -156,6 +156,15 @@ pub fn degraded(reason: Reason, message: String) -> Verdict {
     }
 }
 
+/// A false verdict the stored conditions did not already hold (for the same reason): worth an
+/// event, once.
+pub fn newly_failing(stored: &[Condition], verdict: &Verdict) -> bool {
+    let type_ = verdict.type_.as_str();
+    let before = stored.iter().find(|c| c.type_ == type_);
+    !verdict.status
+        && before.is_none_or(|c| c.status != "False" || c.reason != verdict.reason.as_str())
+}
+
 /// `AclApplied`: false while a node refuses a user or a user cannot be built, naming them.
 pub fn acl_applied(unbuilt: &[AclError], refusals: &[NodeRefusal]) -> Verdict {
     const SHOWN: usize = 3;

@@ -282,3 +282,34 @@ fn acl_applied_names_the_refusing_node_first_then_unbuilt_users() {
     assert_eq!(fine.type_, ConditionType::AclApplied);
     assert_eq!(fine.reason, Reason::UsersApplied);
 }
+
+#[test]
+fn a_failing_verdict_is_news_once_per_reason() {
+    let refused = verdict(
+        ConditionType::AclApplied,
+        false,
+        Reason::NodeRefused,
+        "node a: x",
+    );
+    let mut conditions = Vec::new();
+    assert!(newly_failing(&conditions, &refused), "no condition yet");
+    set_condition(&mut conditions, refused.clone(), Some(1), at(10));
+    assert!(!newly_failing(&conditions, &refused), "already said");
+    let missing = verdict(
+        ConditionType::AclApplied,
+        false,
+        Reason::RoleMissing,
+        "ghost",
+    );
+    assert!(newly_failing(&conditions, &missing), "another reason");
+    let fine = verdict(ConditionType::AclApplied, true, Reason::UsersApplied, "");
+    assert!(
+        !newly_failing(&conditions, &fine),
+        "true is never news here"
+    );
+    set_condition(&mut conditions, fine, Some(1), at(20));
+    assert!(
+        newly_failing(&conditions, &refused),
+        "false again after true"
+    );
+}
