@@ -186,7 +186,7 @@ pub fn acl_applied(unbuilt: &[AclError], refusals: &[NodeRefusal]) -> Verdict {
         );
         (false, reason, message)
     } else {
-        let message = "every user in spec.acl is written on every reachable node".to_string();
+        let message = "every node took every user in spec.acl when last written".to_string();
         (true, Reason::UsersApplied, message)
     };
     Verdict {
