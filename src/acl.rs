@@ -17,6 +17,17 @@ use crate::api::{Access, AclPermission, AclUser, KeyAccess, SecretKeyRef, Valkey
 /// Valkey's built-in user: never rewritten or deleted by the operator.
 pub const DEFAULT_USER: &str = "default";
 
+/// User names no `spec.acl` may take: Valkey's own, and the two the operator keeps for itself
+/// (its own connection and replication, see `docs/credentials.md`), reserved before they exist
+/// so that no tenant holds one when they arrive. The operator never writes nor deletes them
+/// as a tenant's.
+pub const RESERVED_USERS: [&str; 3] = [DEFAULT_USER, "valkey-operator", "valkey-replication"];
+
+/// Whether `name` is one of [`RESERVED_USERS`].
+pub fn is_reserved(name: &str) -> bool {
+    RESERVED_USERS.contains(&name)
+}
+
 /// Characters a key pattern may not hold: Valkey's ACL parser splits on whitespace and quotes
 /// on `"` and `'`; parentheses delimit selectors.
 const PATTERN_FORBIDDEN: &[char] = &['"', '\'', '(', ')'];
@@ -193,6 +204,10 @@ pub fn user_rules<'a>(
         field,
         message,
     };
+    if is_reserved(&user.username) {
+        let message = format!("{:?} is reserved for Valkey or the operator", user.username);
+        return Err(invalid("username".into(), message));
+    }
     let mut rules = vec![Rule::Reset, Rule::On];
     for hash in &user.password_hashes {
         check_password_hash(&hash.0).map_err(|m| invalid("passwordHashes".into(), m))?;
@@ -387,6 +402,17 @@ mod tests {
             error.to_string(),
             "user app: passwordSecretRef: Secret app was not expected"
         );
+    }
+
+    #[test]
+    fn reserved_names_build_nothing() {
+        let role = reader();
+        for name in RESERVED_USERS {
+            let mut user = user("reader");
+            user.username = name.into();
+            let error = user_rules(&user, |_| Some(&role), no_secret).unwrap_err();
+            assert!(error.to_string().contains("is reserved"), "{error}");
+        }
     }
 
     #[test]

@@ -112,6 +112,11 @@ fn check_acl(spec: &ValkeyClusterSpec, fleet: &Fleet, verdict: &mut Verdict) {
                 "spec.acl[{index}].username: {:?} is Valkey's built-in user, which the operator uses and leaves alone; name your user differently",
                 acl::DEFAULT_USER
             ));
+        } else if acl::is_reserved(&user.username) {
+            verdict.deny(format!(
+                "spec.acl[{index}].username: {:?} is reserved for the operator's own user; name your user differently",
+                user.username
+            ));
         }
         for (granted, permission) in user.permissions.iter().enumerate() {
             if fleet.role(&permission.role_ref).is_none() {

@@ -1,12 +1,13 @@
 //! A cluster's ACL users as the executor writes them on a node: every user the spec names,
-//! each whole in one `ACL SETUSER`, and every other user but `default` deleted. The rules are
+//! each whole in one `ACL SETUSER`, and every other user deleted but the reserved ones
+//! ([`crate::acl::RESERVED_USERS`]). The rules are
 //! built purely in [`crate::acl`]; this is the part that talks to a node. A user the node
 //! refuses is reported, not fatal: the node's other users, and the roll, go on.
 
 use std::collections::BTreeSet;
 use std::fmt;
 
-use crate::acl::{self, DEFAULT_USER, Rule};
+use crate::acl::{self, Rule, is_reserved};
 use crate::valkey::{self, NodeClient};
 
 /// The users a cluster's nodes should have.
@@ -60,7 +61,7 @@ pub async fn apply_users(
         .acl_users()
         .await?
         .iter()
-        .filter(|user| !desired.keep.contains(*user) && user.as_str() != DEFAULT_USER)
+        .filter(|user| !desired.keep.contains(*user) && !is_reserved(user))
     {
         client.acl_del_user(stale).await?;
     }

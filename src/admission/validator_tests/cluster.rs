@@ -123,6 +123,23 @@ fn acl_users_leave_default_alone_and_missing_roles_warn() {
         "{}",
         joined(&verdict)
     );
+
+    new.spec.acl = vec![
+        user("valkey-operator", "reader"),
+        user("valkey-replication", "reader"),
+    ];
+    let verdict = validate_cluster(
+        &review(Operation::Create, "orders", Some(&new), None),
+        &fleet,
+        &Policy::default(),
+    );
+    assert_eq!(verdict.denials.len(), 2, "{}", joined(&verdict));
+    assert!(
+        verdict.denials[0]
+            .starts_with("spec.acl[0].username: \"valkey-operator\" is reserved for the operator"),
+        "{}",
+        joined(&verdict)
+    );
 }
 
 #[test]
