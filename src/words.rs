@@ -18,8 +18,19 @@ pub fn first_of<T: Display>(items: &[T], shown: usize) -> String {
     shown_and_rest(items, shown).join("; ")
 }
 
+/// `text` cut to at most `max_chars` characters, ending in `…` when cut: for messages limited
+/// in characters (the API server truncates an admission warning past 256).
+pub fn clip_chars(text: String, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
+        return text;
+    }
+    let mut clipped: String = text.chars().take(max_chars.saturating_sub(1)).collect();
+    clipped.push('…');
+    clipped
+}
+
 /// `text` cut to at most `max_bytes` (at a character boundary), ending in `…` when cut: for
-/// messages the API server limits (an Event's note is at most 1024 bytes).
+/// messages the API server limits in bytes (an Event's note is at most 1024).
 pub fn clip(text: String, max_bytes: usize) -> String {
     if text.len() <= max_bytes {
         return text;

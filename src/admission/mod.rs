@@ -76,12 +76,7 @@ impl Verdict {
 const MAX_WARNING_CHARS: usize = 256;
 
 fn clip(text: String) -> String {
-    if text.chars().count() <= MAX_WARNING_CHARS {
-        return text;
-    }
-    let mut clipped: String = text.chars().take(MAX_WARNING_CHARS - 1).collect();
-    clipped.push('…');
-    clipped
+    crate::words::clip_chars(text, MAX_WARNING_CHARS)
 }
 
 fn plural(count: usize, singular: &str) -> String {

@@ -75,7 +75,10 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     }
     let effective = match dereference(ctx, cluster) {
         Ok(effective) => effective,
-        Err(message) => return config_unresolved(ctx, cluster, &stored, message).await,
+        Err(message) => {
+            return degraded_until_fixed(ctx, cluster, &stored, Reason::ConfigUnresolved, message)
+                .await;
+        }
     };
     let render = ClusterRender {
         cluster,
@@ -85,7 +88,16 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     let (reach, certificate) =
         match secrets::reach(&ctx.client, &namespace, cluster, ctx.timeouts.call).await {
             Ok(reached) => reached,
-            Err(message) => return tls_unavailable(ctx, cluster, &stored, message).await,
+            Err(message) => {
+                return degraded_until_fixed(
+                    ctx,
+                    cluster,
+                    &stored,
+                    Reason::TlsUnavailable,
+                    message,
+                )
+                .await;
+            }
         };
     let nodes = read_nodes(ctx, cluster).await?;
     let mut host = KubeHost::new(
@@ -209,41 +221,18 @@ fn dereference(ctx: &Context, cluster: &ValkeyCluster) -> Result<EffectiveConfig
         .map_err(|error| format!("spec.configRef does not resolve: {error}"))
 }
 
-/// Says why in the status, and waits: a config that appears or changes reaches the cluster
-/// through the fleet index; the retry covers a cache still catching up.
-async fn config_unresolved(
+/// A cluster that cannot be worked on until something else appears (its config, or the CA of
+/// its TLS Secret; a TLS cluster is not touched when nothing could be verified): says why in
+/// the status, and waits. The change it waits for wakes it through the fleet index or the
+/// Secret watch; the backoff covers a cache still catching up.
+async fn degraded_until_fixed(
     ctx: &Context,
     cluster: &ValkeyCluster,
     stored: &StoredStatus,
+    reason: Reason,
     message: String,
 ) -> Result<Action, Error> {
-    write_degraded(
-        ctx,
-        cluster,
-        &stored.status,
-        Reason::ConfigUnresolved,
-        message,
-    )
-    .await?;
-    Ok(Action::requeue(ctx.backoff.failed(&cluster_key(cluster))))
-}
-
-/// A TLS cluster whose CA cannot be read is not touched (nothing could be verified): said in
-/// the status, and retried with backoff; a Secret that appears or changes wakes it at once.
-async fn tls_unavailable(
-    ctx: &Context,
-    cluster: &ValkeyCluster,
-    stored: &StoredStatus,
-    message: String,
-) -> Result<Action, Error> {
-    write_degraded(
-        ctx,
-        cluster,
-        &stored.status,
-        Reason::TlsUnavailable,
-        message,
-    )
-    .await?;
+    write_degraded(ctx, cluster, &stored.status, reason, message).await?;
     Ok(Action::requeue(ctx.backoff.failed(&cluster_key(cluster))))
 }
 

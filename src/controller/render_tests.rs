@@ -65,13 +65,17 @@ fn the_config_overrides_the_roll_defaults() {
     assert!(!settings.contains_key("databases"));
 }
 
-fn revision(cluster: &ValkeyCluster, effective: &EffectiveConfig) -> String {
+/// The render of `cluster` with the operator's default zone spreading.
+fn render_for<'a>(cluster: &'a ValkeyCluster, effective: &'a EffectiveConfig) -> ClusterRender<'a> {
     ClusterRender {
         cluster,
         effective,
         default_zone_spread: ZoneSpread::BestEffort,
     }
-    .revision()
+}
+
+fn revision(cluster: &ValkeyCluster, effective: &EffectiveConfig) -> String {
+    render_for(cluster, effective).revision()
 }
 
 #[test]
@@ -130,11 +134,7 @@ fn the_revision_moves_only_with_what_forces_a_replacement() {
 fn a_pod_runs_the_node_with_its_settings_labels_and_owner() {
     let cluster = cluster();
     let effective = effective("9.1.2");
-    let render = ClusterRender {
-        cluster: &cluster,
-        effective: &effective,
-        default_zone_spread: ZoneSpread::BestEffort,
-    };
+    let render = render_for(&cluster, &effective);
     let mut node = render.node("orders-1-a1b2", 1);
     assert_eq!(node.spec.version, "9.1.2");
     assert_eq!(node.spec.image, "valkey/valkey:9.1.2");
@@ -301,11 +301,7 @@ fn placement_becomes_affinity_and_spread() {
 fn service_and_budget_select_the_cluster() {
     let cluster = cluster();
     let effective = effective("9.0.0");
-    let render = ClusterRender {
-        cluster: &cluster,
-        effective: &effective,
-        default_zone_spread: ZoneSpread::BestEffort,
-    };
+    let render = render_for(&cluster, &effective);
     let service = render.headless_service();
     let spec = service.spec.unwrap();
     assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
@@ -342,11 +338,7 @@ fn the_budget_allows_one_disruption_of_the_pods_there_are_and_none_without_repli
 fn a_pod_passes_the_restricted_pod_security_standard() {
     let cluster = cluster();
     let effective = effective("9.1.2");
-    let render = ClusterRender {
-        cluster: &cluster,
-        effective: &effective,
-        default_zone_spread: ZoneSpread::BestEffort,
-    };
+    let render = render_for(&cluster, &effective);
     let mut node = render.node("orders-1-a1b2", 1);
     node.metadata.uid = Some("node-uid".into());
     let spec = render.pod(&node, NodeRole::Primary).spec.unwrap();
@@ -381,11 +373,7 @@ fn the_network_policy_keeps_the_bus_to_the_cluster_and_names_every_client() {
         }],
     });
     let effective = effective("9.1.2");
-    let render = ClusterRender {
-        cluster: &cluster,
-        effective: &effective,
-        default_zone_spread: ZoneSpread::BestEffort,
-    };
+    let render = render_for(&cluster, &effective);
     let policy = render.network_policy("valkey-system");
     assert_eq!(policy.metadata.name.as_deref(), Some("orders"));
     assert_eq!(
@@ -447,11 +435,7 @@ fn a_tls_cluster_serves_tls_only_with_its_secret_mounted_read_only() {
         secret_ref: "orders-tls".into(),
     });
     let effective = effective("9.1.2");
-    let render = ClusterRender {
-        cluster: &cluster,
-        effective: &effective,
-        default_zone_spread: ZoneSpread::BestEffort,
-    };
+    let render = render_for(&cluster, &effective);
     let mut node = render.node("orders-1-a1b2", 1);
     node.metadata.uid = Some("node-uid".into());
     let spec = render.pod(&node, NodeRole::Primary).spec.unwrap();
@@ -489,11 +473,7 @@ fn a_tls_cluster_serves_tls_only_with_its_secret_mounted_read_only() {
 
     // Without TLS, none of it.
     let plain = super::tests::cluster();
-    let render = ClusterRender {
-        cluster: &plain,
-        effective: &effective,
-        default_zone_spread: ZoneSpread::BestEffort,
-    };
+    let render = render_for(&plain, &effective);
     let spec = render.pod(&node, NodeRole::Primary).spec.unwrap();
     let args = spec.containers[0].args.clone().unwrap().join(" ");
     assert!(

@@ -2,26 +2,22 @@
 
 use super::*;
 
-#[test]
-fn nodes_come_from_the_operator_and_roles_name_things_once() {
-    let mut node = ValkeyNode::new(
+/// The node `orders-0-abc` on `version`, owned by nothing yet.
+fn node(version: &str) -> ValkeyNode {
+    ValkeyNode::new(
         "orders-0-abc",
         ValkeyNodeSpec {
             cluster: "orders".into(),
             shard: 0,
-            image: "valkey/valkey:8.1.4".into(),
-            version: "8.1.4".into(),
+            image: format!("valkey/valkey:{version}"),
+            version: version.into(),
             revision: "r1".into(),
         },
-    );
-    let verdict = validate_node(
-        &review(Operation::Create, "orders-0-abc", Some(&node), None),
-        &Policy::default(),
-    );
-    assert_eq!(verdict.denials.len(), 2);
-    assert!(verdict.denials[0].contains("created by the operator"));
-    assert!(verdict.denials[1].contains("below the Valkey 9 floor"));
-    node.spec.version = "9.0.0".into();
+    )
+}
+
+/// A controller ownerReference to the cluster `orders` (which anyone can write).
+fn owned_by_orders(node: &mut ValkeyNode) {
     node.metadata.owner_references = Some(vec![
         k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
             api_version: "valkey.gomomento.com/v1alpha1".into(),
@@ -32,6 +28,20 @@ fn nodes_come_from_the_operator_and_roles_name_things_once() {
             block_owner_deletion: Some(true),
         },
     ]);
+}
+
+#[test]
+fn nodes_come_from_the_operator_and_roles_name_things_once() {
+    let mut node = node("8.1.4");
+    let verdict = validate_node(
+        &review(Operation::Create, "orders-0-abc", Some(&node), None),
+        &Policy::default(),
+    );
+    assert_eq!(verdict.denials.len(), 2);
+    assert!(verdict.denials[0].contains("created by the operator"));
+    assert!(verdict.denials[1].contains("below the Valkey 9 floor"));
+    node.spec.version = "9.0.0".into();
+    owned_by_orders(&mut node);
     assert!(
         validate_node(
             &review(Operation::Create, "orders-0-abc", Some(&node), None),
@@ -70,26 +80,8 @@ fn nodes_come_from_the_operator_and_roles_name_things_once() {
 
 #[test]
 fn only_the_operator_writes_a_node_spec() {
-    let mut node = ValkeyNode::new(
-        "orders-0-abc",
-        ValkeyNodeSpec {
-            cluster: "orders".into(),
-            shard: 0,
-            image: "valkey/valkey:9.0.0".into(),
-            version: "9.0.0".into(),
-            revision: "r1".into(),
-        },
-    );
-    node.metadata.owner_references = Some(vec![
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-            api_version: "valkey.gomomento.com/v1alpha1".into(),
-            kind: "ValkeyCluster".into(),
-            name: "orders".into(),
-            uid: "u".into(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        },
-    ]);
+    let mut node = node("9.0.0");
+    owned_by_orders(&mut node);
     let operator = "system:serviceaccount:valkey-system:valkey-operator";
     let policy = Policy {
         node_writer: Some(operator.into()),
