@@ -12,7 +12,10 @@
 
 use std::fmt;
 
+use sha2::{Digest, Sha256};
+
 use crate::api::{Access, AclPermission, AclUser, KeyAccess, SecretKeyRef, ValkeyRoleSpec};
+use crate::credentials::{OPERATOR_USER, REPLICATION_USER};
 
 /// Valkey's built-in user: never rewritten or deleted by the operator.
 pub const DEFAULT_USER: &str = "default";
@@ -21,7 +24,15 @@ pub const DEFAULT_USER: &str = "default";
 /// (its own connection and replication, see `docs/credentials.md`), reserved before they exist
 /// so that no tenant holds one when they arrive. The operator never writes nor deletes them
 /// as a tenant's.
-pub const RESERVED_USERS: [&str; 3] = [DEFAULT_USER, "valkey-operator", "valkey-replication"];
+pub const RESERVED_USERS: [&str; 3] = [DEFAULT_USER, OPERATOR_USER, REPLICATION_USER];
+
+/// SHA-256 of a password, as Valkey's `#<hash>` rule takes it.
+pub fn password_hash(password: &[u8]) -> String {
+    Sha256::digest(password)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
 
 /// Whether `name` is one of [`RESERVED_USERS`].
 pub fn is_reserved(name: &str) -> bool {
@@ -109,6 +120,17 @@ pub enum Rule {
     Reset,
     /// The user may log in.
     On,
+    /// The user may not log in (connections already logged in as it lose every command).
+    Off,
+    /// Any password, or none, logs in (only ever for `default`, and only with a narrow grant).
+    NoPass,
+    /// One command, `command|subcommand` or `@category` allowed outside any key pattern: the
+    /// operator's own users, whose grants are constants of [`crate::credentials`].
+    Allow(&'static str),
+    /// Every key (`~*`), and every channel (`&*`): only the replication user, whose login
+    /// runs the data a slot migration moves.
+    AllKeys,
+    AllChannels,
     /// One password, by its SHA-256.
     PasswordHash(String),
     /// Commands on key patterns.
@@ -136,6 +158,11 @@ impl fmt::Display for Rule {
         match self {
             Rule::Reset => f.write_str("reset"),
             Rule::On => f.write_str("on"),
+            Rule::Off => f.write_str("off"),
+            Rule::NoPass => f.write_str("nopass"),
+            Rule::Allow(command) => write!(f, "+{command}"),
+            Rule::AllKeys => f.write_str("~*"),
+            Rule::AllChannels => f.write_str("&*"),
             Rule::PasswordHash(hash) => write!(f, "#{hash}"),
             Rule::Selector(selector) => write!(f, "{selector}"),
         }

@@ -8,6 +8,7 @@ pub mod caches;
 pub mod certs;
 pub mod cli;
 pub mod controller;
+pub mod credentials;
 pub mod execute;
 pub mod fleet;
 pub mod metrics;

@@ -74,6 +74,16 @@ impl EngineError {
         )
     }
 
+    /// The node refused the login itself (a wrong password, an unknown or disabled user).
+    pub fn is_auth_refusal(&self) -> bool {
+        matches!(
+            self,
+            EngineError::Command { source, .. }
+                if source.kind() == redis::ErrorKind::AuthenticationFailed
+                    || source.code() == Some("WRONGPASS")
+        )
+    }
+
     /// A small, bounded label for metrics.
     pub fn category(&self) -> &'static str {
         match self {
@@ -89,12 +99,14 @@ impl EngineError {
 pub type Result<T> = std::result::Result<T, EngineError>;
 
 /// How the operator reaches one cluster's nodes: the bound on connecting and on each call, TLS
-/// when the cluster serves it, and the user it authenticates as, if any.
+/// when the cluster serves it, and the logins it tries in order (during a rotation of its
+/// password a node may know only the other one), before it tries without credentials (a node
+/// made before the operator closed `default`).
 #[derive(Clone, Debug)]
 pub struct Reach {
     pub call_timeout: Duration,
     pub tls: Option<tls::TlsTrust>,
-    pub credentials: Option<Credentials>,
+    pub credentials: Vec<Credentials>,
 }
 
 impl Reach {
@@ -103,7 +115,7 @@ impl Reach {
         Self {
             call_timeout,
             tls: None,
-            credentials: None,
+            credentials: Vec::new(),
         }
     }
 }
@@ -139,6 +151,8 @@ pub struct NodeClient {
     addr: String,
     conn: MultiplexedConnection,
     call_timeout: Duration,
+    /// Whether the connection logged in as a user (not as `default` without credentials).
+    logged_in: bool,
 }
 
 impl NodeClient {
@@ -186,16 +200,29 @@ impl NodeClient {
             addr: addr.to_owned(),
             conn,
             call_timeout,
+            logged_in: credentials.is_some(),
         })
     }
 
-    /// Connect to a node's client address as `reach` says: over TLS when the cluster serves it.
+    /// Connect to a node's client address as `reach` says: over TLS when the cluster serves it,
+    /// with the first of its logins the node accepts, or else with none.
     pub async fn at(address: NodeAddress, reach: &Reach) -> Result<Self> {
         let addr = address.to_string();
-        let credentials = reach.credentials.as_ref();
+        for credentials in &reach.credentials {
+            match Self::at_as(&addr, reach, Some(credentials)).await {
+                Err(error) if error.is_auth_refusal() => {
+                    tracing::debug!(node = %addr, %error, "a login was refused; trying the next");
+                }
+                connected => return connected,
+            }
+        }
+        Self::at_as(&addr, reach, None).await
+    }
+
+    async fn at_as(addr: &str, reach: &Reach, credentials: Option<&Credentials>) -> Result<Self> {
         match &reach.tls {
-            None => Self::connect_as(&addr, reach.call_timeout, credentials).await,
-            Some(trust) => Self::connect_tls(&addr, reach.call_timeout, trust, credentials).await,
+            None => Self::connect_as(addr, reach.call_timeout, credentials).await,
+            Some(trust) => Self::connect_tls(addr, reach.call_timeout, trust, credentials).await,
         }
     }
 
@@ -235,7 +262,13 @@ impl NodeClient {
             addr: addr.to_owned(),
             conn,
             call_timeout,
+            logged_in: credentials.is_some(),
         })
+    }
+
+    /// Whether the node let this connection in as a user rather than as `default`.
+    pub fn is_logged_in(&self) -> bool {
+        self.logged_in
     }
 
     /// `ip:port` of the node.
