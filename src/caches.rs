@@ -150,6 +150,7 @@ impl Indexed for ValkeyCluster {
             .filter_map(|user| user.password_secret_ref.as_ref())
             .map(|secret| secret.name.clone())
             .chain(self.spec.tls.iter().map(|tls| tls.secret_ref.clone()))
+            .chain([crate::credentials::secret_name(&key.name)])
             .collect();
         fleet.set_cluster_secrets(&key, secrets);
     }

@@ -27,6 +27,8 @@ pub struct Context {
     /// Which certificate each TLS node last reloaded, and when each Secret version was seen.
     pub applied_tls: super::live::Applied,
     pub certificate_versions: super::live::CertificateVersions,
+    /// The last credentials read per cluster (see [`super::credentials::Known`]).
+    pub known_credentials: super::credentials::Known,
     /// The election's word, checked before acting (see [`super::leader::Leadership`]).
     pub leadership: tokio::sync::watch::Receiver<super::leader::Leadership>,
 }

@@ -28,6 +28,13 @@ pub enum Error {
         namespace: String,
         name: String,
     },
+    /// The cluster's credentials Secret cannot be used, or new passwords cannot be made.
+    #[error("the credentials Secret {namespace}/{name}: {problem}")]
+    Credentials {
+        namespace: String,
+        name: String,
+        problem: String,
+    },
 }
 
 impl Error {
@@ -50,6 +57,7 @@ impl Error {
             Error::NoNamespace => "invalid",
             Error::NotLeading => "fenced",
             Error::NotOurs { .. } => "conflict",
+            Error::Credentials { .. } => "credentials",
         }
     }
 

@@ -56,6 +56,10 @@ pub enum ClusterEvent {
     AclNotApplied {
         problem: String,
     },
+    /// A rotation of the operator's own passwords moved on: `stage` says to what.
+    CredentialsRotation {
+        stage: &'static str,
+    },
     /// The cluster was deleted and its nodes retired.
     Deleted {
         nodes: usize,
@@ -84,6 +88,7 @@ impl ClusterEvent {
             ClusterEvent::RollStalled { .. } => "RollStalled",
             ClusterEvent::FailoversAllowed { .. } => "FailoverRetryAllowed",
             ClusterEvent::AclNotApplied { .. } => "AclNotApplied",
+            ClusterEvent::CredentialsRotation { .. } => "CredentialsRotation",
             ClusterEvent::Deleted { .. } => "Deleted",
             ClusterEvent::SpecOutOfBounds { .. } => "SpecOutOfBounds",
             ClusterEvent::NameConflict { .. } => "NameConflict",
@@ -100,7 +105,9 @@ impl ClusterEvent {
             ClusterEvent::SlotMigration { .. } => "MigrateSlots",
             ClusterEvent::NodeRetired { .. } => "Retire",
             ClusterEvent::RollStalled { .. } | ClusterEvent::FailoversAllowed { .. } => "Plan",
-            ClusterEvent::AclNotApplied { .. } => "ApplyAcl",
+            ClusterEvent::AclNotApplied { .. } | ClusterEvent::CredentialsRotation { .. } => {
+                "ApplyAcl"
+            }
             ClusterEvent::Deleted { .. } => "Cleanup",
             ClusterEvent::SpecOutOfBounds { .. } => "Validate",
             ClusterEvent::NameConflict { .. } => "Apply",
@@ -148,6 +155,7 @@ impl ClusterEvent {
                 "a person allowed more failover attempts for shards {shards:?}; the roll resumes"
             ),
             ClusterEvent::AclNotApplied { problem } => format!("spec.acl: {problem}"),
+            ClusterEvent::CredentialsRotation { stage } => stage.to_string(),
             ClusterEvent::Deleted { nodes } => format!("retired {nodes} nodes"),
             ClusterEvent::SpecOutOfBounds { problems } => {
                 format!(

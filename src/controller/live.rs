@@ -21,23 +21,26 @@ use std::time::{Duration, Instant};
 
 use super::render::{TLS_CERT_KEY, tls_file};
 use super::secrets::PasswordHashes;
-use crate::acl::{self, AclError};
+use crate::acl::{self, AclError, is_reserved};
 use crate::api::ValkeyCluster;
+use crate::credentials::SystemUsers;
 use crate::execute::Member;
 use crate::execute::acl::{DesiredAcl, Refusal, apply_users};
 use crate::fleet::{ClusterKey, Fleet};
 use crate::roll::ObservedNode;
 use crate::valkey::{NodeAddress, NodeClient, Reach};
 
-/// The cluster's users as `ACL SETUSER` rules, and why each user that could not be built was
-/// not (that user is left as it is on the nodes).
+/// The cluster's users as `ACL SETUSER` rules, with the operator's own (`system`), and why each
+/// user that could not be built was not (that user is left as it is on the nodes).
 pub fn desired_acl(
     fleet: &RwLock<Fleet>,
     cluster: &ValkeyCluster,
     passwords: &PasswordHashes,
+    system: SystemUsers,
 ) -> (DesiredAcl, Vec<AclError>) {
     let fleet = fleet.read().unwrap_or_else(|p| p.into_inner());
     let mut desired = DesiredAcl::none();
+    desired.system = Some(system);
     let mut problems = Vec::new();
     for user in &cluster.spec.acl {
         desired.keep.insert(user.username.clone());
@@ -139,6 +142,22 @@ impl Applied {
         refusals
     }
 
+    /// Whether every member took `digest` at the address it has now, the operator's own users
+    /// included (a tenant user refused does not count: it does not lock anyone out).
+    fn everywhere(&self, cluster: &ClusterKey, members: &[Member], digest: u64) -> bool {
+        let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let nodes = applied.get(cluster);
+        members.iter().all(|member| {
+            nodes
+                .and_then(|nodes| nodes.get(&member.name))
+                .is_some_and(|w| {
+                    Some(w.at) == member.address
+                        && w.digest == digest
+                        && !w.refusals.iter().any(|r| is_reserved(&r.user))
+                })
+        })
+    }
+
     /// A new term of leadership: another replica may have written meanwhile.
     pub fn clear(&self) {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
@@ -161,6 +180,15 @@ impl Applied {
 
 fn digest(desired: &DesiredAcl) -> u64 {
     let mut hasher = DefaultHasher::new();
+    if let Some(system) = &desired.system {
+        for (user, rules) in &system.users {
+            user.hash(&mut hasher);
+            acl::arguments(rules).hash(&mut hasher);
+        }
+        acl::arguments(&system.default).hash(&mut hasher);
+        system.replication.username.hash(&mut hasher);
+        acl::password_hash(system.replication.password.as_bytes()).hash(&mut hasher);
+    }
     for (user, rules) in &desired.users {
         user.hash(&mut hasher);
         acl::arguments(rules).hash(&mut hasher);
@@ -180,9 +208,21 @@ fn reachable<'a>(
     })
 }
 
-/// Writes `users` on every reachable node that does not have them whole yet; returns what the
-/// members refused when last written (a node that refused is tried again each pass, one that
-/// cannot be reached next pass).
+/// What [`apply_acl`] left behind.
+#[derive(Debug, Default)]
+pub struct AclOutcome {
+    /// What the members refused when last written.
+    pub refusals: Vec<NodeRefusal>,
+    /// Every member has the users as desired now (a credentials rotation may move on).
+    pub everywhere: bool,
+}
+
+/// Writes `users` on every reachable node that does not have them whole yet (a node that
+/// refused is tried again each pass, one that cannot be reached next pass).
+///
+/// A node that let the operator in only as `default` (made before the operator closed it)
+/// means no node closes `default` in this pass: every node gets the operator's users and the
+/// replication login first, so no replica loses its link to a primary that closed too soon.
 pub async fn apply_acl(
     applied: &Applied,
     cluster: &ClusterKey,
@@ -190,23 +230,36 @@ pub async fn apply_acl(
     observed: &[ObservedNode],
     users: &DesiredAcl,
     reach: &Reach,
-) -> Vec<NodeRefusal> {
+) -> AclOutcome {
     applied.keep_only(cluster, members);
     let digest = digest(users);
+    let mut due = Vec::new();
     for (node, address) in reachable(members, observed) {
         if applied.is_current(cluster, node, address, digest) {
             continue;
         }
-        let written = match NodeClient::at(address, reach).await {
-            Ok(client) => apply_users(&client, users).await,
-            Err(error) => Err(error),
-        };
-        match written {
-            Ok(refused) => applied.record(cluster, node, address, digest, refused),
+        match NodeClient::at(address, reach).await {
+            Ok(client) => due.push((node, address, client)),
+            Err(error) => tracing::warn!(%node, %error, "could not reach a node to apply users"),
+        }
+    }
+    let opening = users.system.is_some() && due.iter().any(|(_, _, c)| !c.is_logged_in());
+    let given = if opening {
+        users.leaving_default_open()
+    } else {
+        users.clone()
+    };
+    let given_digest = self::digest(&given);
+    for (node, address, client) in due {
+        match apply_users(&client, &given).await {
+            Ok(refused) => applied.record(cluster, node, address, given_digest, refused),
             Err(error) => tracing::warn!(%node, %error, "could not apply the ACL users"),
         }
     }
-    applied.refusals(cluster, digest)
+    AclOutcome {
+        refusals: applied.refusals(cluster, digest),
+        everywhere: applied.everywhere(cluster, members, digest),
+    }
 }
 
 /// How long after a Secret change its certificate is still reloaded each pass: a kubelet

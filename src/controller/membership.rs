@@ -89,7 +89,7 @@ where
 }
 
 /// Whether `object`'s controller ownerReference is the owner with uid `owner`.
-fn is_controlled_by<K: kube::Resource>(object: &K, owner: Option<&str>) -> bool {
+pub(super) fn is_controlled_by<K: kube::Resource>(object: &K, owner: Option<&str>) -> bool {
     object
         .meta()
         .owner_references

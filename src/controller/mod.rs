@@ -14,6 +14,7 @@
 
 pub mod act;
 pub mod context;
+pub mod credentials;
 pub mod error;
 pub mod events;
 pub mod host;
@@ -124,6 +125,7 @@ pub async fn run(
         applied_acl: Default::default(),
         applied_tls: Default::default(),
         certificate_versions: Default::default(),
+        known_credentials: Default::default(),
         leadership: leading.clone(),
     });
     loop {

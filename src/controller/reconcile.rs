@@ -2,12 +2,15 @@
 //!
 //! 1. **dereference**: resolve `spec.configRef` through the `baseRef` chain (fleet index);
 //! 2. **observe**: the stored status (roll memory) and the cluster's ValkeyNodes and Pods;
+//!    with the credentials Secret (created if absent) the nodes start with and the operator
+//!    logs in with;
 //! 3. **membership**: the owned Service and budget, node finalizers, missing Pods,
 //!    MEET/REPLICATE, roles (outside the planner; see [`super::membership`]);
 //! 4. **plan**: what every node says (`crate::execute::observe`) → the pure planner, after a
 //!    person's `retry-failovers` annotation has been honoured;
 //! 5. **act**: exactly the one planned step, through the product's executor;
-//! 6. **live**: once converged, settings and ACL users applied in place;
+//! 6. **live**: ACL users (the operator's own too) on every pass, a credentials rotation moved
+//!    on, and once converged, settings applied in place;
 //! 7. **update status**: one server-side apply, then requeue by cause.
 //!
 //! Membership and act run only while this replica's leadership still holds by its own clock
@@ -33,10 +36,11 @@ use super::render::ClusterRender;
 use super::status::{
     PassReport, Reason, acl_applied, degraded, newly_failing, progress, set_condition, summarize,
 };
-use super::{act, live, membership, secrets};
+use super::{act, credentials, live, membership, secrets};
 use crate::api::annotations::RETRY_FAILOVERS;
 use crate::api::bounds::{Problem, cluster_problems};
 use crate::api::{ValkeyCluster, ValkeyClusterStatus};
+use crate::credentials::DefaultUser;
 use crate::execute::{self, NodeHost, StepInputs, observe::observe};
 use crate::fleet::ClusterKey;
 use crate::resolve::{self, EffectiveConfig};
@@ -85,7 +89,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         effective: &effective,
         default_zone_spread: ctx.settings.default_zone_spread,
     };
-    let (reach, certificate) =
+    let (mut reach, certificate) =
         match secrets::reach(&ctx.client, &namespace, cluster, ctx.timeouts.call).await {
             Ok(reached) => reached,
             Err(message) => {
@@ -100,6 +104,37 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
             }
         };
     let nodes = read_nodes(ctx, cluster).await?;
+    let default = DefaultUser::for_versions(
+        nodes
+            .objects
+            .iter()
+            .map(|node| node.spec.version.as_str())
+            .chain([effective.image.spec.version.as_str()]),
+    );
+    let login = match credentials::ensure(
+        &ctx.client,
+        &render,
+        &namespace,
+        default,
+        &ctx.known_credentials,
+    )
+    .await
+    {
+        Ok(login) => login,
+        Err(error @ (Error::NotOurs { .. } | Error::Credentials { .. })) => {
+            let problem = error.to_string();
+            if matches!(error, Error::NotOurs { .. }) {
+                let event = ClusterEvent::NameConflict {
+                    problem: problem.clone(),
+                };
+                publish(&ctx.recorder, cluster, &event).await;
+            }
+            let reason = Reason::CredentialsUnusable;
+            return degraded_until_fixed(ctx, cluster, &stored, reason, problem).await;
+        }
+        Err(error) => return Err(error),
+    };
+    reach.credentials = login.credentials.logins();
     let mut host = KubeHost::new(
         ctx,
         &render,
@@ -141,7 +176,8 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     );
     tracing::info!(cluster = %cluster.name_any(), %namespace, %step, "planned");
     let passwords = secrets::read_password_hashes(&ctx.client, &namespace, cluster).await;
-    let (users, unbuilt) = live::desired_acl(&ctx.fleet, cluster, &passwords);
+    let system = login.credentials.system_users(default);
+    let (users, unbuilt) = live::desired_acl(&ctx.fleet, cluster, &passwords, system);
     let inputs = StepInputs {
         desired: &desired,
         acl: &users,
@@ -156,7 +192,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     }
     let members = host.members();
     // Users on every pass, so a removed user or rotated password holds during a long roll.
-    let refusals = live::apply_acl(
+    let applied = live::apply_acl(
         &ctx.applied_acl,
         &cluster_key(cluster),
         &members,
@@ -165,6 +201,26 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         &reach,
     )
     .await;
+    let rotated = credentials::advance(
+        &ctx.client,
+        &namespace,
+        &cluster.name_any(),
+        &login,
+        applied.everywhere,
+        default,
+    )
+    .await;
+    match rotated {
+        Ok(Some(stage)) => {
+            let event = ClusterEvent::CredentialsRotation { stage };
+            publish(&ctx.recorder, cluster, &event).await;
+        }
+        Ok(None) => {}
+        // Tried again next pass; the nodes keep accepting both passwords meanwhile.
+        Err(error) => {
+            tracing::warn!(cluster = %cluster.name_any(), %error, "could not move the credentials rotation on")
+        }
+    }
     if let Some(version) = &certificate {
         live::reload_certificates(
             &ctx.applied_tls,
@@ -177,7 +233,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         )
         .await;
     }
-    let acl = acl_applied(&unbuilt, &refusals);
+    let acl = acl_applied(&unbuilt, &applied.refusals);
     if newly_failing(&stored.status.conditions, &acl) {
         let problem = acl.message.clone();
         publish(
@@ -334,6 +390,7 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     ctx.applied_acl.forget(&cluster_key(cluster));
     ctx.applied_tls.forget(&cluster_key(cluster));
     ctx.certificate_versions.forget(&cluster_key(cluster));
+    ctx.known_credentials.forget(&cluster_key(cluster));
     Ok(Action::await_change())
 }
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, KeyToPath,
     ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements, SecretVolumeSource, Service,
     ServicePort, ServiceSpec, TCPSocketAction, TopologySpreadConstraint, Volume, VolumeMount,
 };
@@ -29,6 +29,7 @@ use sha2::{Digest, Sha256};
 use crate::api::{
     NodeRole, ValkeyCluster, ValkeyClusterSpec, ValkeyNode, ValkeyNodeSpec, ZoneSpread, labels,
 };
+use crate::credentials::{AUTH_CONF, secret_name};
 use crate::resolve::EffectiveConfig;
 use crate::setting_impact::needs_restart;
 
@@ -43,6 +44,9 @@ pub const TLS_DIR: &str = "/etc/valkey/tls";
 pub const TLS_CA_KEY: &str = "ca.crt";
 pub const TLS_CERT_KEY: &str = "tls.crt";
 pub const TLS_KEY_KEY: &str = "tls.key";
+/// Where the cluster's credentials Secret is mounted: only its `auth.conf`, which every node
+/// `--include`s (its users by hash, `default` closed; see [`crate::credentials`]).
+pub const AUTH_DIR: &str = "/etc/valkey/auth";
 /// The uid and gid of the `valkey` user in the official Valkey images.
 pub const VALKEY_UID: i64 = 999;
 /// The label the chart puts on the operator's Pods (its selector label), by which a cluster's
@@ -291,8 +295,8 @@ impl ClusterRender<'_> {
         }
     }
 
-    /// `valkey-server`'s arguments: the cluster-mode basics, TLS when the cluster has it, then
-    /// every Valkey setting.
+    /// `valkey-server`'s arguments: the cluster-mode basics, TLS when the cluster has it, every
+    /// Valkey setting, and last the operator's users (so no setting can come after them).
     fn server_args(&self) -> Vec<String> {
         let plain_port = if self.spec().tls.is_some() {
             0
@@ -317,6 +321,7 @@ impl ClusterRender<'_> {
             args.push(format!("--{name}"));
             args.push(value);
         }
+        args.extend(["--include".to_string(), format!("{AUTH_DIR}/{AUTH_CONF}")]);
         args
     }
 
@@ -340,13 +345,30 @@ impl ClusterRender<'_> {
         ]
     }
 
-    /// The data volume, and a TLS cluster's Secret.
+    /// The data volume, the `auth.conf` of the credentials Secret, and a TLS cluster's Secret.
     fn volumes(&self) -> Vec<Volume> {
-        let mut volumes = vec![Volume {
-            name: "data".into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        }];
+        let mut volumes = vec![
+            Volume {
+                name: "data".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            },
+            Volume {
+                name: "auth".into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(secret_name(&self.name())),
+                    // Only the file of hashes: the passwords stay in the Secret.
+                    items: Some(vec![KeyToPath {
+                        key: AUTH_CONF.into(),
+                        path: AUTH_CONF.into(),
+                        mode: None,
+                    }]),
+                    default_mode: Some(0o440),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ];
         if let Some(tls) = &self.spec().tls {
             volumes.push(Volume {
                 name: "tls".into(),
@@ -363,11 +385,19 @@ impl ClusterRender<'_> {
     }
 
     fn volume_mounts(&self) -> Vec<VolumeMount> {
-        let mut mounts = vec![VolumeMount {
-            name: "data".into(),
-            mount_path: DATA_DIR.into(),
-            ..Default::default()
-        }];
+        let mut mounts = vec![
+            VolumeMount {
+                name: "data".into(),
+                mount_path: DATA_DIR.into(),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "auth".into(),
+                mount_path: AUTH_DIR.into(),
+                read_only: Some(true),
+                ..Default::default()
+            },
+        ];
         if self.spec().tls.is_some() {
             mounts.push(VolumeMount {
                 name: "tls".into(),

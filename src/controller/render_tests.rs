@@ -480,5 +480,56 @@ fn a_tls_cluster_serves_tls_only_with_its_secret_mounted_read_only() {
         args.contains("--port 6379") && !args.contains("tls"),
         "{args}"
     );
-    assert_eq!(spec.volumes.unwrap().len(), 1);
+    let volumes: Vec<String> = spec.volumes.unwrap().into_iter().map(|v| v.name).collect();
+    assert_eq!(volumes, ["data", "auth"]);
+}
+
+#[test]
+fn every_node_starts_with_only_the_auth_conf_of_its_credentials_secret() {
+    let cluster = cluster();
+    let effective = effective("9.1.2");
+    let render = render_for(&cluster, &effective);
+    let mut node = render.node("orders-0-abcde", 0);
+    node.metadata.uid = Some("node-uid".into());
+    let spec = render.pod(&node, NodeRole::Primary).spec.unwrap();
+    let args = spec.containers[0].args.clone().unwrap();
+    assert_eq!(
+        args[args.len() - 2..],
+        ["--include", "/etc/valkey/auth/auth.conf"],
+        "last, so no setting comes after the operator's users"
+    );
+    let volume = spec
+        .volumes
+        .unwrap()
+        .into_iter()
+        .find(|v| v.name == "auth")
+        .unwrap();
+    let secret = volume.secret.unwrap();
+    assert_eq!(secret.secret_name.as_deref(), Some("orders-credentials"));
+    let items: Vec<(String, String)> = secret
+        .items
+        .unwrap()
+        .into_iter()
+        .map(|i| (i.key, i.path))
+        .collect();
+    assert_eq!(
+        items,
+        [("auth.conf".to_string(), "auth.conf".to_string())],
+        "never the passwords"
+    );
+    assert_eq!(secret.default_mode, Some(0o440));
+    let mount = spec.containers[0]
+        .volume_mounts
+        .clone()
+        .unwrap()
+        .into_iter()
+        .find(|m| m.name == "auth")
+        .unwrap();
+    assert_eq!(
+        (mount.mount_path.as_str(), mount.read_only),
+        (AUTH_DIR, Some(true))
+    );
+    // The password is nowhere in the Pod.
+    let env = serde_json::to_string(&spec.containers[0]).unwrap();
+    assert!(!env.contains("masterauth"), "{env}");
 }

@@ -7,9 +7,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use crate::acl::password_hash;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client, ResourceExt};
-use sha2::{Digest, Sha256};
 
 use super::render::TLS_CA_KEY;
 use crate::api::{SecretKeyRef, ValkeyCluster};
@@ -28,14 +28,6 @@ impl PasswordHashes {
             .cloned()
             .unwrap_or_else(|| Err(format!("Secret {} was not read", secret.name)))
     }
-}
-
-/// SHA-256 of a password, as Valkey's `#<hash>` rule takes it.
-pub fn password_hash(password: &[u8]) -> String {
-    Sha256::digest(password)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
 }
 
 /// Reads every Secret the cluster's users name, once each.

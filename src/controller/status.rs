@@ -59,6 +59,8 @@ pub enum Reason {
     SecretUnreadable,
     /// A TLS cluster's Secret (its CA) cannot be read: its nodes are not touched.
     TlsUnavailable,
+    /// The cluster's credentials Secret cannot be used: its nodes are not touched.
+    CredentialsUnusable,
 }
 
 impl ConditionType {
@@ -91,6 +93,7 @@ impl Reason {
             Reason::NodeRefused => "NodeRefused",
             Reason::SecretUnreadable => "SecretUnreadable",
             Reason::TlsUnavailable => "TlsUnavailable",
+            Reason::CredentialsUnusable => "CredentialsUnusable",
         }
     }
 }

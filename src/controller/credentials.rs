@@ -1,0 +1,267 @@
+//! A cluster's credentials Secret on the API server (what it holds and why is
+//! [`crate::credentials`]): read each pass, created when absent (owned by the cluster, never
+//! taken over), its `auth.conf` kept in step with the cluster's versions, and a rotation moved
+//! on once every node took its last step.
+//!
+//! [`Known`] remembers the last credentials read per cluster, so a Secret deleted by a person
+//! comes back as a rotation from the passwords the nodes still have, not as new passwords that
+//! would lock the operator out.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Map, Value, json};
+
+use super::error::Error;
+use super::host::MANAGER;
+use super::render::ClusterRender;
+use crate::credentials::{
+    DefaultUser, Passwords, ROTATE_ANNOTATION, Rotation, SystemCredentials, secret_name,
+};
+use crate::fleet::ClusterKey;
+
+/// The last credentials read for each cluster.
+#[derive(Debug, Default)]
+pub struct Known(Mutex<HashMap<ClusterKey, SystemCredentials>>);
+
+impl Known {
+    fn get(&self, cluster: &ClusterKey) -> Option<SystemCredentials> {
+        let known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        known.get(cluster).cloned()
+    }
+
+    fn remember(&self, cluster: &ClusterKey, credentials: &SystemCredentials) {
+        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        known.insert(cluster.clone(), credentials.clone());
+    }
+
+    pub fn forget(&self, cluster: &ClusterKey) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(cluster);
+    }
+}
+
+/// The credentials as the Secret holds them after this pass's reading, and whether a person
+/// asked for a rotation.
+#[derive(Clone, Debug)]
+pub struct Read {
+    pub credentials: SystemCredentials,
+    pub rotate_asked: bool,
+}
+
+/// Reads the cluster's credentials Secret, creating it when absent and rewriting its data when
+/// it is not what `default` and the passwords make (a cluster that moved past 9.0).
+pub async fn ensure(
+    client: &Client,
+    render: &ClusterRender<'_>,
+    namespace: &str,
+    default: DefaultUser,
+    known: &Known,
+) -> Result<Read, Error> {
+    let cluster = render.cluster;
+    let key = ClusterKey::new(namespace, cluster.name_any());
+    let name = secret_name(&cluster.name_any());
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let problem = |problem: String| Error::Credentials {
+        namespace: namespace.to_owned(),
+        name: name.clone(),
+        problem,
+    };
+    let read = match api.get_opt(&name).await? {
+        None => {
+            let credentials = replacement(known.get(&key)).map_err(|e| problem(e.to_string()))?;
+            let secret = new_secret(render, &name, namespace, &credentials, default);
+            let create = PostParams {
+                field_manager: Some(MANAGER.into()),
+                ..Default::default()
+            };
+            api.create(&create, &secret).await?;
+            tracing::info!(secret = %name, %namespace, "created the cluster's credentials Secret");
+            Read {
+                credentials,
+                rotate_asked: false,
+            }
+        }
+        Some(secret) => {
+            if !super::membership::is_controlled_by(&secret, render.owner_uid()) {
+                return Err(Error::NotOurs {
+                    kind: "Secret".into(),
+                    namespace: namespace.to_owned(),
+                    name,
+                });
+            }
+            let data = plain_data(&secret);
+            let credentials = SystemCredentials::from_data(&data).map_err(problem)?;
+            if stale(&data, &credentials.to_data(default)) {
+                write(&api, &name, &data, &credentials.to_data(default), false).await?;
+            }
+            Read {
+                credentials,
+                rotate_asked: secret.annotations().contains_key(ROTATE_ANNOTATION),
+            }
+        }
+    };
+    known.remember(&key, &read.credentials);
+    Ok(read)
+}
+
+/// Credentials for a Secret that is gone: a rotation from the last ones read when there are
+/// any (the nodes still have those), or new ones for a new cluster.
+fn replacement(known: Option<SystemCredentials>) -> Result<SystemCredentials, getrandom::Error> {
+    match known {
+        Some(known) => Ok(SystemCredentials {
+            current: known.current,
+            rotation: Rotation::Adding(Passwords::generate()?),
+        }),
+        None => SystemCredentials::fresh(),
+    }
+}
+
+/// Moves a rotation on when it can (see [`SystemCredentials::advanced`]): writes the Secret's
+/// new data, removing the annotation when a rotation starts. Returns what it moved to.
+pub async fn advance(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+    read: &Read,
+    everywhere: bool,
+    default: DefaultUser,
+) -> Result<Option<&'static str>, Error> {
+    let name = secret_name(cluster);
+    let next = read
+        .credentials
+        .advanced(read.rotate_asked, everywhere, Passwords::generate)
+        .map_err(|error| Error::Credentials {
+            namespace: namespace.to_owned(),
+            name: name.clone(),
+            problem: error.to_string(),
+        })?;
+    let Some(next) = next else {
+        return Ok(None);
+    };
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let before = read.credentials.to_data(default);
+    let before: BTreeMap<String, Vec<u8>> = before
+        .into_iter()
+        .map(|(k, v)| (k, v.into_bytes()))
+        .collect();
+    let starting = read.credentials.rotation == Rotation::Steady;
+    write(&api, &name, &before, &next.to_data(default), starting).await?;
+    Ok(Some(match next.rotation {
+        Rotation::Adding(_) => {
+            "rotating the operator's passwords: adding the new ones on every node"
+        }
+        Rotation::Dropping(_) => {
+            "rotating the operator's passwords: switched to the new ones; removing the old"
+        }
+        Rotation::Steady => {
+            "rotated the operator's passwords: the old ones are gone from every node"
+        }
+    }))
+}
+
+/// A new credentials Secret for the cluster `render` renders, owned by it.
+pub fn new_secret(
+    render: &ClusterRender<'_>,
+    name: &str,
+    namespace: &str,
+    credentials: &SystemCredentials,
+    default: DefaultUser,
+) -> Secret {
+    let data = credentials
+        .to_data(default)
+        .into_iter()
+        .map(|(k, v)| (k, ByteString(v.into_bytes())))
+        .collect();
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(render.labels(None)),
+            owner_references: render.cluster.controller_owner_ref(&()).map(|o| vec![o]),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
+fn plain_data(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+    secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect()
+}
+
+fn stale(data: &BTreeMap<String, Vec<u8>>, wanted: &BTreeMap<String, String>) -> bool {
+    data.len() != wanted.len()
+        || wanted
+            .iter()
+            .any(|(k, v)| data.get(k).map(Vec::as_slice) != Some(v.as_bytes()))
+}
+
+/// Replaces the Secret's data with `wanted` (keys it no longer has removed), and its rotate
+/// annotation when `clear_annotation`, in one merge patch.
+async fn write(
+    api: &Api<Secret>,
+    name: &str,
+    data: &BTreeMap<String, Vec<u8>>,
+    wanted: &BTreeMap<String, String>,
+    clear_annotation: bool,
+) -> Result<(), Error> {
+    let mut patch_data: Map<String, Value> =
+        data.keys().map(|k| (k.clone(), Value::Null)).collect();
+    for (key, value) in wanted {
+        let encoded =
+            serde_json::to_value(ByteString(value.clone().into_bytes())).unwrap_or(Value::Null);
+        patch_data.insert(key.clone(), encoded);
+    }
+    let mut patch = json!({ "data": patch_data });
+    if clear_annotation {
+        patch["metadata"] = json!({"annotations": {ROTATE_ANNOTATION: null}});
+    }
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deleted_secret_comes_back_as_a_rotation_from_what_the_nodes_have() {
+        let known = SystemCredentials::fresh().unwrap();
+        let back = replacement(Some(known.clone())).unwrap();
+        assert_eq!(back.current, known.current);
+        assert!(matches!(back.rotation, Rotation::Adding(ref next) if *next != known.current));
+        assert_eq!(replacement(None).unwrap().rotation, Rotation::Steady);
+    }
+
+    #[test]
+    fn only_data_that_differs_is_rewritten() {
+        let credentials = SystemCredentials::fresh().unwrap();
+        let wanted = credentials.to_data(DefaultUser::Off);
+        let mut data: BTreeMap<String, Vec<u8>> = wanted
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+            .collect();
+        assert!(!stale(&data, &wanted));
+        assert!(stale(
+            &data,
+            &credentials.to_data(DefaultUser::SlotSyncOnly)
+        ));
+        data.insert("next-operator-password".into(), b"x".to_vec());
+        assert!(stale(&data, &wanted), "a key too many");
+    }
+}
