@@ -170,7 +170,10 @@ async fn acl_users_and_roles_apply_live_on_every_node() {
                     .unwrap();
                 users.push(names);
             }
-            if users.iter().all(|names| names == &["default"]) {
+            if users
+                .iter()
+                .all(|names| names == &["default", "valkey-operator", "valkey-replication"])
+            {
                 Ok(())
             } else {
                 Err(format!("{users:?}"))

@@ -150,7 +150,7 @@ async fn acl_changes_reach_every_node_during_a_stalled_roll() {
     wait_for_users(
         &product,
         "the removed user gone from every node",
-        &["default"],
+        &["default", "valkey-operator", "valkey-replication"],
         Duration::from_secs(15),
     )
     .await;
@@ -195,7 +195,7 @@ spec: {commands: [{name: nosuchcommand, access: allow}]}
     wait_for_users(
         &product,
         "app back on every node",
-        &["app", "default"],
+        &["app", "default", "valkey-operator", "valkey-replication"],
         Duration::from_secs(15),
     )
     .await;
@@ -219,7 +219,7 @@ spec: {commands: [{name: nosuchcommand, access: allow}]}
     wait_for_users(
         &product,
         "app on every new node",
-        &["app", "default"],
+        &["app", "default", "valkey-operator", "valkey-replication"],
         Duration::from_secs(15),
     )
     .await;
@@ -234,7 +234,13 @@ spec: {commands: [{name: nosuchcommand, access: allow}]}
     wait_for_users(
         &product,
         "batch on every node",
-        &["app", "batch", "default"],
+        &[
+            "app",
+            "batch",
+            "default",
+            "valkey-operator",
+            "valkey-replication",
+        ],
         Duration::from_secs(15),
     )
     .await;

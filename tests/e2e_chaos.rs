@@ -29,12 +29,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use harness::k8s::{ClusterWatch, IMAGES, Product, condition_field, converged};
-use harness::valkey::{Sampler, Writer, layout, lost_writes, primary_changes};
+use harness::valkey::{Sampler, Writer, layout, logins, lost_writes, primary_changes};
 use harness::{eventually, signal};
 use tokio::time::Instant;
 use valkey_operator::api::annotations::RETRY_FAILOVERS;
 use valkey_operator::roll::{MAX_FAILOVER_ATTEMPTS, Role, slots::bootstrap_range};
-use valkey_operator::valkey::NodeClient;
 
 const NAMESPACE: &str = "chaos";
 const CLUSTER: &str = "ledger";
@@ -98,7 +97,7 @@ async fn primary_of(product: &Product, shard: u32) -> String {
         if !name.starts_with(&prefix) {
             continue;
         }
-        let client = NodeClient::connect(&address, Duration::from_secs(2)).await;
+        let client = logins::admin(&address, Duration::from_secs(2)).await;
         if let Ok(client) = client
             && client
                 .replication_info()
@@ -158,6 +157,7 @@ async fn measure<F: AsyncFnOnce() -> Instant>(
     version: &str,
     fault: F,
 ) -> Row {
+    product.grant_writer(NAMESPACE, CLUSTER).await;
     let seeds: Vec<String> = product
         .addresses(NAMESPACE, CLUSTER)
         .into_values()

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use harness::eventually;
 use harness::k8s::{ClusterWatch, IMAGES, Product};
-use harness::valkey::wait_for_layout;
-use valkey_operator::valkey::NodeClient;
+use harness::valkey::{logins, wait_for_layout};
 
 const CLUSTER: &str = r#"
 apiVersion: v1
@@ -35,7 +34,7 @@ spec: {configRef: plain, shards: 2, replicasPerShard: 0}
 /// `gone`, and sees every slot served.
 async fn healed(addresses: &[String], gone: &str) -> Result<(), String> {
     for address in addresses {
-        let client = NodeClient::connect(address, Duration::from_secs(2))
+        let client = logins::admin(address, Duration::from_secs(2))
             .await
             .map_err(|e| e.to_string())?;
         let view = client.cluster_nodes().await.map_err(|e| e.to_string())?;

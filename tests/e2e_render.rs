@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use harness::eventually;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -17,7 +17,9 @@ use testenv::{ControlPlane, TestKubelet};
 use valkey_operator::api::{
     self, NodeRole, ValkeyCluster, ValkeyImageSpec, ValkeyNode, ZoneSpread,
 };
+use valkey_operator::controller::credentials::new_secret;
 use valkey_operator::controller::render::ClusterRender;
+use valkey_operator::credentials::{DefaultUser, OPERATOR_USER, SystemCredentials, secret_name};
 use valkey_operator::resolve::{Chain, EffectiveConfig, ResolvedImage};
 
 /// How long the API server, its controllers and the kubelet get for each step.
@@ -94,6 +96,19 @@ async fn a_rendered_node_runs_and_goes_with_its_cluster() {
         default_zone_spread: ZoneSpread::BestEffort,
     };
 
+    // The credentials Secret the Pod's auth.conf comes from, as the controller creates it.
+    let credentials = SystemCredentials::fresh().unwrap();
+    let secret = new_secret(
+        &render,
+        &secret_name("orders"),
+        namespace,
+        &credentials,
+        DefaultUser::Off,
+    );
+    Api::<Secret>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
     Api::<Service>::namespaced(client.clone(), namespace)
         .create(&PostParams::default(), &render.headless_service())
         .await
@@ -124,7 +139,19 @@ async fn a_rendered_node_runs_and_goes_with_its_cluster() {
         ready.then_some(status.pod_ip?)
     })
     .await;
-    let connection = redis::Client::open(format!("redis://{ip}:6379")).unwrap();
+    // Closed to a client without credentials; open to the operator's user.
+    let anonymous = redis::Client::open(format!("redis://{ip}:6379")).unwrap();
+    let mut anonymous = anonymous.get_multiplexed_async_connection().await.unwrap();
+    let refused: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut anonymous).await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().to_uppercase().contains("NOAUTH")),
+        "{refused:?}"
+    );
+    let password = &credentials.current.operator;
+    let connection =
+        redis::Client::open(format!("redis://{OPERATOR_USER}:{password}@{ip}:6379")).unwrap();
     let mut connection = connection.get_multiplexed_async_connection().await.unwrap();
     let info: String = redis::cmd("INFO")
         .arg("server")

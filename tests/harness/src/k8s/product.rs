@@ -16,11 +16,14 @@ use super::chart::{
     must, repoint_webhooks,
 };
 use super::tail;
+use crate::valkey::logins::{WRITER_PASSWORD, WRITER_USER, learn_admin, writer_granted};
 use crate::valkey::{
     Sample, Sampler, Writer, WriterLog, assert_no_lost_writes, describe_sample, fewest_replicas_at,
     primary_changes,
 };
 use crate::{eventually, metric};
+use valkey_operator::credentials::{OPERATOR_USER, secret_name};
+use valkey_operator::valkey::{Credentials, NodeClient};
 
 /// The image every test fleet starts on, and the one the guide upgrades to.
 pub const IMAGES: &str = r#"
@@ -111,8 +114,10 @@ impl Product {
     }
 
     /// Pod name → `IP:6379` of a cluster's Pods, leaving out Pods already being deleted (a
-    /// retired node's Pod lingers for a moment while the kubelet stops it).
+    /// retired node's Pod lingers for a moment while the kubelet stops it). Learns the
+    /// operator's login for the harness's own reads on the way (see [`Self::learn_logins`]).
     pub fn addresses(&self, namespace: &str, name: &str) -> BTreeMap<String, String> {
+        self.learn_logins(namespace, name);
         let pods = get_json(
             &self.plane,
             &[
@@ -138,6 +143,88 @@ impl Product {
                 ))
             })
             .collect()
+    }
+
+    /// Reads the operator's passwords (current, and any of a rotation) from the cluster's
+    /// credentials Secret, so the harness can read what only the operator's user may
+    /// (`CLUSTER NODES`, `ACL LIST`); nothing when the Secret is not there yet.
+    pub fn learn_logins(&self, namespace: &str, name: &str) {
+        // One password per line, the current one last (learnt last, so tried first).
+        let template = concat!(
+            "go-template=",
+            r#"{{with index .data "previous-operator-password"}}{{. | base64decode}}{{"\n"}}{{end}}"#,
+            r#"{{with index .data "next-operator-password"}}{{. | base64decode}}{{"\n"}}{{end}}"#,
+            r#"{{with index .data "operator-password"}}{{. | base64decode}}{{end}}"#,
+        );
+        let secret = secret_name(name);
+        let args = ["get", "secret", &secret, "-n", namespace, "-o", template];
+        let (read, passwords) = self.try_kubectl(&args, None);
+        if !read {
+            return;
+        }
+        for password in passwords.lines().map(str::trim).filter(|p| !p.is_empty()) {
+            learn_admin(Credentials {
+                username: OPERATOR_USER.into(),
+                password: password.to_string(),
+            });
+        }
+    }
+
+    /// Adds the harness writer's tenant user to a cluster (read and write on `key:*`, and the
+    /// `CLUSTER NODES` its router reads), as an application's team would, and waits until every
+    /// node lets it in.
+    pub async fn grant_writer(&self, namespace: &str, name: &str) {
+        let role = format!(
+            "apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyRole\nmetadata: {{name: {WRITER_USER}}}\nspec:\n  categories: [{{name: read, access: allow}}, {{name: write, access: allow}}, {{name: connection, access: allow}}]\n  commands: [{{name: cluster|nodes, access: allow}}]\n"
+        );
+        self.apply(&role);
+        let cluster = self.cluster(namespace, name);
+        let users = cluster["spec"]["acl"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if !users.iter().any(|u| u["username"] == WRITER_USER) {
+            let user = serde_json::json!({
+                "username": WRITER_USER,
+                "passwordHashes": [valkey_operator::acl::password_hash(WRITER_PASSWORD.as_bytes())],
+                "permissions": [{"roleRef": WRITER_USER, "keys": [{"pattern": "key:*", "access": "readwrite"}]}],
+            });
+            let patch = if cluster["spec"]["acl"].is_array() {
+                serde_json::json!([{"op": "add", "path": "/spec/acl/-", "value": user}])
+            } else {
+                serde_json::json!([{"op": "add", "path": "/spec/acl", "value": [user]}])
+            };
+            let kind_name = format!("valkeycluster/{name}");
+            let args = [
+                "patch",
+                &kind_name,
+                "-n",
+                namespace,
+                "--type",
+                "json",
+                "-p",
+                &patch.to_string(),
+            ];
+            self.kubectl(&args);
+        }
+        writer_granted();
+        let login = Credentials {
+            username: WRITER_USER.into(),
+            password: WRITER_PASSWORD.into(),
+        };
+        eventually(
+            format!("{namespace}/{name}: every node lets {WRITER_USER} in"),
+            Duration::from_secs(30),
+            async || {
+                for address in self.addresses(namespace, name).values() {
+                    NodeClient::connect_as(address, Duration::from_secs(2), Some(&login))
+                        .await
+                        .map_err(|e| format!("{address}: {e}"))?;
+                }
+                Ok::<(), String>(())
+            },
+        )
+        .await;
     }
 
     /// Waits until each cluster is Active on `version` with nothing outdated and no roll going.
@@ -247,6 +334,7 @@ pub struct WatchReport {
 impl ClusterWatch {
     /// Starts writing and sampling, and waits until writes are acknowledged.
     pub async fn start(product: &Product, namespace: &str, name: &str) -> Self {
+        product.grant_writer(namespace, name).await;
         let pods_before = product.addresses(namespace, name);
         let seeds: Vec<String> = pods_before.values().cloned().collect();
         let watch = Self {

@@ -2,6 +2,7 @@
 //! cluster-aware [`Writer`] that records every acknowledged write, an outside [`Sampler`] of
 //! `CLUSTER NODES`, and what a cluster looks like now (versions, layout, primaries).
 
+pub mod logins;
 pub mod roller;
 pub mod runtime;
 mod sampler;
@@ -51,11 +52,22 @@ pub fn key(index: u64) -> String {
     format!("key:{index}")
 }
 
-/// A plain (not cluster-aware) connection to one node, as the default user.
+/// A plain (not cluster-aware) connection to one node, as the operator's user where the
+/// harness learnt its password (see [`logins`]), else without credentials.
 pub async fn connect(address: &str) -> redis::aio::MultiplexedConnection {
-    redis::Client::open(format!("redis://{address}"))
+    let login = logins::admin_login(address, Duration::from_secs(2))
+        .await
+        .unwrap();
+    redis::Client::open(logins::url(address, login.as_ref()))
         .unwrap()
         .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// A connection to one node for the harness's own reads (see [`logins::admin`]).
+pub async fn admin(address: &str) -> NodeClient {
+    logins::admin(address, Duration::from_secs(2))
         .await
         .unwrap()
 }
@@ -64,9 +76,7 @@ pub async fn connect(address: &str) -> redis::aio::MultiplexedConnection {
 pub async fn versions(addresses: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     for addr in addresses {
-        let client = NodeClient::connect(addr, Duration::from_secs(2))
-            .await
-            .unwrap();
+        let client = admin(addr).await;
         out.push(client.server_info().await.unwrap().version);
     }
     out
@@ -74,9 +84,7 @@ pub async fn versions(addresses: &[String]) -> Vec<String> {
 
 /// Per desired shard: how many primaries and replicas the cluster shows, and slots owned.
 pub async fn layout(addresses: &[String]) -> Vec<(usize, u32)> {
-    let client = NodeClient::connect(&addresses[0], Duration::from_secs(2))
-        .await
-        .unwrap();
+    let client = admin(&addresses[0]).await;
     let shards = client.cluster_shards().await.unwrap();
     let mut out: Vec<(usize, u32)> = shards
         .iter()
@@ -96,9 +104,7 @@ pub async fn layout(addresses: &[String]) -> Vec<(usize, u32)> {
 
 /// The ids of the nodes owning slots, sorted.
 pub async fn primaries(addresses: &[String]) -> Vec<String> {
-    let client = NodeClient::connect(&addresses[0], Duration::from_secs(2))
-        .await
-        .unwrap();
+    let client = admin(&addresses[0]).await;
     let mut ids: Vec<String> = client
         .cluster_nodes()
         .await

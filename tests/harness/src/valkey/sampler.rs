@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
-use valkey_operator::valkey::{ClusterNode, NodeClient};
+use valkey_operator::valkey::ClusterNode;
 
 /// One `CLUSTER NODES` read from outside.
 pub struct Sample {
@@ -43,7 +43,7 @@ impl Sampler {
                         let addr = known[(current + attempt) % known.len()].clone();
                         let read = async {
                             let client =
-                                NodeClient::connect(&addr, Duration::from_millis(300)).await?;
+                                super::logins::admin(&addr, Duration::from_millis(300)).await?;
                             client.cluster_nodes().await
                         };
                         let Ok(Ok(nodes)) = timeout(Duration::from_millis(500), read).await else {

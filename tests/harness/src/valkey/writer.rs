@@ -35,7 +35,8 @@ impl Router {
         if let Some(conn) = self.conns.get(addr) {
             return Ok(conn.clone());
         }
-        let client = redis::Client::open(format!("redis://{addr}/"))?;
+        let login = super::logins::writer_login();
+        let client = redis::Client::open(super::logins::url(addr, login.as_ref()))?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_millis(500)))
             .set_response_timeout(Some(Duration::from_secs(2)));

@@ -690,7 +690,8 @@ fn write_files(
     Ok(())
 }
 
-/// A real readiness check: the server answers PING (`-NOAUTH` still proves it serves).
+/// A real readiness check: the server answers PING (`-NOAUTH`, or `-NOPERM` where `default`
+/// may log in but not ping, still proves it serves; `-LOADING` does not).
 async fn answers_ping(ip: Ipv4Addr, port: u16) -> bool {
     let attempt = async {
         let mut stream = tokio::net::TcpStream::connect((ip, port)).await.ok()?;
@@ -698,7 +699,8 @@ async fn answers_ping(ip: Ipv4Addr, port: u16) -> bool {
         let mut reply = [0u8; 64];
         let n = stream.read(&mut reply).await.ok()?;
         let reply = &reply[..n];
-        Some(reply.starts_with(b"+PONG") || reply.starts_with(b"-NOAUTH"))
+        let serving: [&[u8]; 3] = [b"+PONG", b"-NOAUTH", b"-NOPERM"];
+        Some(serving.iter().any(|answer| reply.starts_with(answer)))
     };
     tokio::time::timeout(Duration::from_millis(500), attempt)
         .await

@@ -1,0 +1,239 @@
+//! The operator's own credentials end to end, on a real API server with real valkey-server
+//! Pods: each cluster gets a Secret it owns with the operator's and the replication user's
+//! passwords; nodes admit no client without credentials (`GET`, `SET`, `CONFIG GET`,
+//! `CLUSTER NODES` all refused); a rotation by annotation and a deleted Secret each move to new
+//! passwords with no roll, no failover and the writer never stopped; the guide's upgrade to
+//! 9.1 then closes `default` completely, with no acknowledged write lost.
+
+// Test code reports failures by panicking; the house rules against it are for the product.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::{Duration, Instant};
+
+use harness::eventually;
+use harness::k8s::{ClusterWatch, IMAGES, Product};
+use serde_json::Value;
+use valkey_operator::credentials::{OPERATOR_USER, ROTATE_ANNOTATION, secret_name};
+use valkey_operator::valkey::{Credentials, NodeClient};
+
+const NAMESPACE: &str = "bank";
+const CLUSTER: &str = "ledger";
+
+const FLEET: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: bank}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata: {name: bank-config}
+spec: {imageRef: valkey-9-0-0, valkey: {save: ""}}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {name: ledger, namespace: bank}
+spec: {configRef: bank-config, shards: 2, replicasPerShard: 1}
+"#;
+
+fn secret(product: &Product) -> Value {
+    let name = secret_name(CLUSTER);
+    serde_json::from_str(&product.kubectl(&["get", "secret", &name, "-n", NAMESPACE, "-o", "json"]))
+        .unwrap()
+}
+
+/// The Secret's keys, and its operator password.
+fn keys_and_password(secret: &Value) -> (Vec<String>, String) {
+    let data = secret["data"].as_object().cloned().unwrap_or_default();
+    let keys = data.keys().cloned().collect();
+    let password = product_decode(&data["operator-password"]);
+    (keys, password)
+}
+
+fn product_decode(value: &Value) -> String {
+    let encoded = value.as_str().unwrap_or_default();
+    let output = std::process::Command::new("base64")
+        .arg("-d")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(encoded.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// What a client without credentials gets for `command` on every node.
+async fn anonymous_answers(product: &Product, command: &[&str]) -> Vec<String> {
+    let mut answers = Vec::new();
+    for address in product.addresses(NAMESPACE, CLUSTER).values() {
+        let mut conn = redis::Client::open(format!("redis://{address}/"))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let reply: redis::RedisResult<redis::Value> = redis::cmd(command[0])
+            .arg(&command[1..])
+            .query_async(&mut conn)
+            .await;
+        answers.push(match reply {
+            Ok(value) => format!("answered {value:?}"),
+            Err(error) => error.to_string().to_uppercase(),
+        });
+    }
+    answers
+}
+
+async fn assert_anonymous_refused(product: &Product, refusal: &str) {
+    for command in [
+        &["GET", "key:1"][..],
+        &["SET", "key:1", "x"],
+        &["CONFIG", "GET", "maxmemory"],
+        &["CLUSTER", "NODES"],
+    ] {
+        let answers = anonymous_answers(product, command).await;
+        assert!(
+            !answers.is_empty() && answers.iter().all(|a| a.contains(refusal)),
+            "{command:?} without credentials: {answers:?}"
+        );
+    }
+}
+
+/// How many nodes let the operator's user in with `password`, of how many.
+async fn logins_with(product: &Product, password: &str) -> (usize, usize) {
+    let login = Credentials {
+        username: OPERATOR_USER.into(),
+        password: password.into(),
+    };
+    let addresses = product.addresses(NAMESPACE, CLUSTER);
+    let mut accepted = 0;
+    for address in addresses.values() {
+        let connected = NodeClient::connect_as(address, Duration::from_secs(2), Some(&login)).await;
+        accepted += usize::from(connected.is_ok());
+    }
+    (accepted, addresses.len())
+}
+
+/// Waits until the Secret holds a steady operator password other than `old` (no rotation
+/// keys left, no annotation), and returns it with how long that took.
+async fn wait_rotated(product: &Product, old: &str, started: Instant) -> (String, Duration) {
+    let password = eventually(
+        "the rotation to finish",
+        Duration::from_secs(60),
+        async || {
+            let secret = secret(product);
+            let (keys, password) = keys_and_password(&secret);
+            let annotated = secret["metadata"]["annotations"][ROTATE_ANNOTATION].is_string();
+            let steady = keys == ["auth.conf", "operator-password", "replication-password"];
+            if steady && !annotated && password != old && !password.is_empty() {
+                Ok(password)
+            } else {
+                Err(format!("keys {keys:?}, annotated {annotated}"))
+            }
+        },
+    )
+    .await;
+    (password, started.elapsed())
+}
+
+async fn assert_only_password_accepted(product: &Product, new: &str, old: &str) {
+    let (accepted, nodes) = logins_with(product, new).await;
+    assert_eq!(accepted, nodes, "the new password on every node");
+    let (accepted, _) = logins_with(product, old).await;
+    assert_eq!(accepted, 0, "the old password is gone from every node");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
+    let product = Product::start(None, &[]).await;
+    product.apply(IMAGES);
+    product.apply(FLEET);
+    product
+        .wait_converged(&[(NAMESPACE, CLUSTER)], "9.0.0", Duration::from_secs(180))
+        .await;
+
+    // The Secret is the cluster's; the Pods hold only the file of hashes, never a password.
+    let first = secret(&product);
+    let owner = &first["metadata"]["ownerReferences"][0];
+    assert_eq!(
+        (owner["kind"].as_str(), owner["name"].as_str()),
+        (Some("ValkeyCluster"), Some(CLUSTER))
+    );
+    let (keys, password) = keys_and_password(&first);
+    assert_eq!(
+        keys,
+        ["auth.conf", "operator-password", "replication-password"]
+    );
+    let pods = product.kubectl(&["get", "pods", "-n", NAMESPACE, "-o", "json"]);
+    assert!(!pods.contains(&password), "an operator password in a Pod");
+    let auth_conf = product_decode(&first["data"]["auth.conf"]);
+    assert!(!auth_conf.contains(&password), "{auth_conf}");
+    // On 9.0 `default` keeps only CLUSTER SYNCSLOTS (its slot migration runs as `default`).
+    assert!(
+        auth_conf.starts_with("user default reset on nopass +cluster|syncslots"),
+        "{auth_conf}"
+    );
+    assert_anonymous_refused(&product, "NOPERM").await;
+
+    // A rotation by annotation, with an application writing throughout.
+    let watch = ClusterWatch::start(&product, NAMESPACE, CLUSTER).await;
+    let started = Instant::now();
+    product.kubectl(&[
+        "annotate",
+        "secret",
+        &secret_name(CLUSTER),
+        "-n",
+        NAMESPACE,
+        &format!("{ROTATE_ANNOTATION}=now"),
+    ]);
+    let (rotated, took) = wait_rotated(&product, &password, started).await;
+    println!("rotation by annotation: new password only, on every node, in {took:.1?}");
+    assert_only_password_accepted(&product, &rotated, &password).await;
+    let events = product.kubectl(&["get", "events", "-n", NAMESPACE]);
+    assert!(events.contains("CredentialsRotation"), "{events}");
+    watch.assert_writing().await;
+
+    // A deleted Secret comes back as a rotation from what the nodes have: nothing locked out.
+    let started = Instant::now();
+    product.kubectl(&["delete", "secret", &secret_name(CLUSTER), "-n", NAMESPACE]);
+    let (recreated, took) = wait_rotated(&product, &rotated, started).await;
+    println!("deleted Secret: recreated and rotated on every node in {took:.1?}");
+    assert_only_password_accepted(&product, &recreated, &rotated).await;
+    watch.assert_writing().await;
+    assert_eq!(
+        product.addresses(NAMESPACE, CLUSTER),
+        watch.pods_before,
+        "a rotation replaced a Pod"
+    );
+
+    // The guide's upgrade onto 9.1 with the application writing: `default` then closes.
+    product.patch(
+        "valkeyconfig/bank-config",
+        None,
+        r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
+    );
+    product
+        .wait_converged(&[(NAMESPACE, CLUSTER)], "9.1.2", Duration::from_secs(300))
+        .await;
+    let report = watch.finish(&product).await;
+    println!(
+        "upgrade with credentials: {} acknowledged writes, none lost, longest gap {:.2?}",
+        report.log.acked,
+        report.longest_write_gap()
+    );
+    report.assert_shards(2, 1, 1);
+    // The rotations rolled nothing: exactly one failover per shard, the upgrade's.
+    product.assert_failovers(NAMESPACE, CLUSTER, 2).await;
+    eventually(
+        "auth.conf to close default once no node runs 9.0",
+        Duration::from_secs(30),
+        async || {
+            let conf = product_decode(&secret(&product)["data"]["auth.conf"]);
+            conf.starts_with("user default reset off\n").then_some(())
+        },
+    )
+    .await;
+    assert_anonymous_refused(&product, "NOAUTH").await;
+}
