@@ -127,6 +127,8 @@ pub enum Rule {
     /// One command, `command|subcommand` or `@category` allowed outside any key pattern: the
     /// operator's own users, whose grants are constants of [`crate::credentials`].
     Allow(&'static str),
+    /// The same, taken away.
+    Deny(&'static str),
     /// Every key (`~*`), and every channel (`&*`): only the replication user, whose login
     /// runs the data a slot migration moves.
     AllKeys,
@@ -161,6 +163,7 @@ impl fmt::Display for Rule {
             Rule::Off => f.write_str("off"),
             Rule::NoPass => f.write_str("nopass"),
             Rule::Allow(command) => write!(f, "+{command}"),
+            Rule::Deny(command) => write!(f, "-{command}"),
             Rule::AllKeys => f.write_str("~*"),
             Rule::AllChannels => f.write_str("&*"),
             Rule::PasswordHash(hash) => write!(f, "#{hash}"),

@@ -8,12 +8,13 @@
 //! - `replication-password`, of the user replicas (and atomic slot migration) authenticate to
 //!   a primary as ([`REPLICATION_USER`], `masteruser`/`masterauth`). Replication needs only
 //!   `PSYNC`/`REPLCONF`, but the target of an atomic slot migration runs the moved data (from
-//!   `SELECT` on) as the commands of this user's connection, so it is granted every command on
-//!   every key ([`replication_rules`]); its password, like the operator's, is only in the Secret
-//!   and in the nodes' `masterauth`, which only the operator's user may read;
+//!   `SELECT` on) as the commands of this user's connection, so it is granted every data
+//!   command on every key, and no administrative one but replication's ([`replication_rules`]);
+//!   its password is in the Secret and, as `masterauth`, in the `auth.conf` each Pod mounts
+//!   (readable by the `valkey` group only);
 //! - and `auth.conf`, derived from them: those two users by hash, `default` closed, and the
 //!   replication login; every node starts with `--include` of it, so it is closed from its
-//!   first command and no password appears in its Pod.
+//!   first command and no password appears in its Pod's spec.
 //!
 //! `default` is off from Valkey 9.1. Valkey 9.0 runs atomic slot migration's
 //! `CLUSTER SYNCSLOTS` on the source as `default`, so while any node of a cluster runs 9.0,
@@ -285,13 +286,23 @@ fn user_rules(hashes: &[String], commands: &[&'static str]) -> Vec<Rule> {
     rules
 }
 
-/// The replication user: every command on every key, because a slot migration's target runs
-/// what it receives (`SELECT`, then the keys' data) as this user (Valkey 9.0 and 9.1 both
-/// refuse the migration with `NOPERM … 'select'` otherwise).
+/// What the replication user may do beyond data: replication's own administrative commands.
+pub const REPLICATION_ADMIN_COMMANDS: [&str; 3] = ["psync", "replconf", "cluster|syncslots"];
+
+/// The replication user: every data command on every key, because a slot migration's target
+/// runs what it receives (`SELECT`, then the keys' data) as this user (Valkey 9.0 and 9.1 both
+/// refuse the migration with `NOPERM … 'select'` otherwise); of the administrative commands
+/// only replication's, so its password, which every Pod mounts, opens no `ACL` or `CONFIG`.
 fn replication_rules(hashes: &[String]) -> Vec<Rule> {
     let mut rules = vec![Rule::Reset, Rule::On];
     rules.extend(hashes.iter().cloned().map(Rule::PasswordHash));
-    rules.extend([Rule::AllKeys, Rule::AllChannels, Rule::Allow("@all")]);
+    rules.extend([
+        Rule::AllKeys,
+        Rule::AllChannels,
+        Rule::Allow("@all"),
+        Rule::Deny("@admin"),
+    ]);
+    rules.extend(REPLICATION_ADMIN_COMMANDS.map(Rule::Allow));
     rules
 }
 
@@ -311,13 +322,14 @@ pub enum DefaultUser {
 }
 
 impl DefaultUser {
-    /// Closed, unless one of `versions` (the cluster's nodes and its target) is below 9.1.
+    /// Closed, unless one of `versions` (the cluster's nodes and its target) is below 9.1, or
+    /// is not a version (taken as older: closing wrongly would break 9.0's slot migration).
     pub fn for_versions<'a>(versions: impl IntoIterator<Item = &'a str>) -> Self {
         let closes = Version::new(9, 1, 0);
-        let older = versions
-            .into_iter()
-            .filter_map(|v| Version::parse(v).ok())
-            .any(|v| Version::new(v.major, v.minor, v.patch) < closes);
+        let older = versions.into_iter().any(|v| match Version::parse(v) {
+            Ok(v) => Version::new(v.major, v.minor, v.patch) < closes,
+            Err(_) => true,
+        });
         if older { Self::SlotSyncOnly } else { Self::Off }
     }
 
@@ -408,7 +420,10 @@ mod tests {
             "{conf}"
         );
         assert!(lines[1].ends_with("+cluster +info +config +acl +ping +client +hello"));
-        assert!(lines[2].ends_with(" ~* &* +@all"), "{conf}");
+        assert!(
+            lines[2].ends_with(" ~* &* +@all -@admin +psync +replconf +cluster|syncslots"),
+            "{conf}"
+        );
         assert_eq!(lines[3], "masteruser valkey-replication");
         assert_eq!(
             lines[4],
@@ -435,6 +450,11 @@ mod tests {
             DefaultUser::for_versions(["9.1.0-rc1"]),
             DefaultUser::Off,
             "a 9.1 pre-release has 9.1's slot migration"
+        );
+        assert_eq!(
+            DefaultUser::for_versions(["9.1.2", "nine"]),
+            DefaultUser::SlotSyncOnly,
+            "what cannot be read is taken as older"
         );
     }
 

@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use harness::eventually;
-use harness::k8s::{ClusterWatch, IMAGES, Product};
+use harness::k8s::{ClusterWatch, IMAGES, Product, condition_field};
 use serde_json::Value;
 use valkey_operator::credentials::{OPERATOR_USER, ROTATE_ANNOTATION, secret_name};
 use valkey_operator::valkey::{Credentials, NodeClient};
@@ -147,7 +147,7 @@ async fn assert_only_password_accepted(product: &Product, new: &str, old: &str) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
-    let product = Product::start(None, &[]).await;
+    let mut product = Product::start(None, &[]).await;
     product.apply(IMAGES);
     product.apply(FLEET);
     product
@@ -236,4 +236,52 @@ async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
     )
     .await;
     assert_anonymous_refused(&product, "NOAUTH").await;
+
+    // Deleted while the operator does not remember the passwords (it restarted): it makes no new
+    // ones, which would lock it out, and says so until the Secret is restored.
+    let mut saved = secret(&product);
+    let (_, password) = keys_and_password(&saved);
+    for field in [
+        "resourceVersion",
+        "uid",
+        "creationTimestamp",
+        "managedFields",
+    ] {
+        saved["metadata"].as_object_mut().unwrap().remove(field);
+    }
+    product.operator.kill_and_restart();
+    product.kubectl(&["delete", "secret", &secret_name(CLUSTER), "-n", NAMESPACE]);
+    let degraded = eventually(
+        "the cluster to say its credentials are unusable",
+        Duration::from_secs(60),
+        async || {
+            let cluster = product.cluster(NAMESPACE, CLUSTER);
+            let reason = condition_field(&cluster, "Degraded", "reason");
+            let message = condition_field(&cluster, "Degraded", "message").unwrap_or_default();
+            (reason.as_deref() == Some("CredentialsUnusable")).then_some(message)
+        },
+    )
+    .await;
+    assert!(degraded.contains("Restore the Secret"), "{degraded}");
+    let (exists, _) = product.try_kubectl(
+        &["get", "secret", &secret_name(CLUSTER), "-n", NAMESPACE],
+        None,
+    );
+    assert!(
+        !exists,
+        "new passwords were made for nodes that have others"
+    );
+    product.apply(&saved.to_string());
+    eventually(
+        "the restored Secret to be used again",
+        Duration::from_secs(60),
+        async || {
+            let cluster = product.cluster(NAMESPACE, CLUSTER);
+            let reason = condition_field(&cluster, "Degraded", "reason");
+            (reason.as_deref() != Some("CredentialsUnusable")).then_some(())
+        },
+    )
+    .await;
+    let (accepted, nodes) = logins_with(&product, &password).await;
+    assert_eq!(accepted, nodes, "the restored password on every node");
 }

@@ -40,6 +40,11 @@ impl Known {
         known.insert(cluster.clone(), credentials.clone());
     }
 
+    /// A new term of leadership: another replica may have rotated meanwhile.
+    pub fn clear(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
     pub fn forget(&self, cluster: &ClusterKey) {
         self.0
             .lock()
@@ -58,12 +63,15 @@ pub struct Read {
 
 /// Reads the cluster's credentials Secret, creating it when absent and rewriting its data when
 /// it is not what `default` and the passwords make (a cluster that moved past 9.0).
+/// `nodes_started_with_it`: some Pod of the cluster mounts the Secret, so new passwords (when
+/// none are remembered) would lock the operator out of its nodes: that is refused instead.
 pub async fn ensure(
     client: &Client,
     render: &ClusterRender<'_>,
     namespace: &str,
     default: DefaultUser,
     known: &Known,
+    nodes_started_with_it: bool,
 ) -> Result<Read, Error> {
     let cluster = render.cluster;
     let key = ClusterKey::new(namespace, cluster.name_any());
@@ -76,7 +84,11 @@ pub async fn ensure(
     };
     let read = match api.get_opt(&name).await? {
         None => {
-            let credentials = replacement(known.get(&key)).map_err(|e| problem(e.to_string()))?;
+            let remembered = known.get(&key);
+            if remembered.is_none() && nodes_started_with_it {
+                return Err(problem(LOST.into()));
+            }
+            let credentials = replacement(remembered).map_err(|e| problem(e.to_string()))?;
             let secret = new_secret(render, &name, namespace, &credentials, default);
             let create = PostParams {
                 field_manager: Some(MANAGER.into()),
@@ -111,6 +123,9 @@ pub async fn ensure(
     known.remember(&key, &read.credentials);
     Ok(read)
 }
+
+/// Why a Secret that is gone cannot be made again.
+const LOST: &str = "it is gone, and the nodes were started with passwords this operator does not remember (it restarted, or another replica leads now): new ones would lock it out of them. Restore the Secret from a backup";
 
 /// Credentials for a Secret that is gone: a rotation from the last ones read when there are
 /// any (the nodes still have those), or new ones for a new cluster.

@@ -158,6 +158,18 @@ impl Applied {
         })
     }
 
+    /// Whether the member was written at the address it has now, whatever with (every write
+    /// carries the operator's users and the replication login).
+    fn written_here(&self, cluster: &ClusterKey, member: &Member) -> bool {
+        let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        applied
+            .get(cluster)
+            .and_then(|nodes| nodes.get(&member.name))
+            .is_some_and(|w| {
+                Some(w.at) == member.address && !w.refusals.iter().any(|r| is_reserved(&r.user))
+            })
+    }
+
     /// A new term of leadership: another replica may have written meanwhile.
     pub fn clear(&self) {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
@@ -220,9 +232,10 @@ pub struct AclOutcome {
 /// Writes `users` on every reachable node that does not have them whole yet (a node that
 /// refused is tried again each pass, one that cannot be reached next pass).
 ///
-/// A node that let the operator in only as `default` (made before the operator closed it)
-/// means no node closes `default` in this pass: every node gets the operator's users and the
-/// replication login first, so no replica loses its link to a primary that closed too soon.
+/// `default` closes in a pass only once every live member has been written the operator's
+/// users and the replication login and none let the operator in only as `default` (a node
+/// made before the operator closed it): until then `default` is left as it is, so no replica
+/// loses its link to a primary that closed before the replica had `masterauth`.
 pub async fn apply_acl(
     applied: &Applied,
     cluster: &ClusterKey,
@@ -233,9 +246,16 @@ pub async fn apply_acl(
 ) -> AclOutcome {
     applied.keep_only(cluster, members);
     let digest = digest(users);
+    let open = users.leaving_default_open();
+    let open_digest = self::digest(&open);
+    let unwritten = members
+        .iter()
+        .filter(|m| !m.terminated)
+        .any(|m| !applied.written_here(cluster, m));
     let mut due = Vec::new();
     for (node, address) in reachable(members, observed) {
-        if applied.is_current(cluster, node, address, digest) {
+        let current = |d| applied.is_current(cluster, node, address, d);
+        if current(digest) || (unwritten && current(open_digest)) {
             continue;
         }
         match NodeClient::at(address, reach).await {
@@ -243,13 +263,13 @@ pub async fn apply_acl(
             Err(error) => tracing::warn!(%node, %error, "could not reach a node to apply users"),
         }
     }
-    let opening = users.system.is_some() && due.iter().any(|(_, _, c)| !c.is_logged_in());
-    let given = if opening {
-        users.leaving_default_open()
+    let opening =
+        users.system.is_some() && (unwritten || due.iter().any(|(_, _, c)| !c.is_logged_in()));
+    let (given, given_digest) = if opening {
+        (open, open_digest)
     } else {
-        users.clone()
+        (users.clone(), digest)
     };
-    let given_digest = self::digest(&given);
     for (node, address, client) in due {
         match apply_users(&client, &given).await {
             Ok(refused) => applied.record(cluster, node, address, given_digest, refused),
@@ -432,6 +452,49 @@ mod tests {
         // A retired node's refusals go with it.
         applied.keep_only(&cluster, &[member("n2")]);
         assert!(applied.refusals(&cluster, 7).is_empty());
+    }
+
+    #[test]
+    fn default_waits_for_every_live_member_to_have_been_written_where_it_is_now() {
+        let applied = Applied::default();
+        let cluster = ClusterKey::new("a", "orders");
+        let at: NodeAddress = "127.0.0.2:6379".parse().unwrap();
+        let elsewhere: NodeAddress = "127.0.0.3:6379".parse().unwrap();
+        let mut n1 = member("n1");
+        n1.address = Some(at);
+        assert!(!applied.written_here(&cluster, &n1), "never written");
+        applied.record(&cluster, "n1", at, 7, Vec::new());
+        assert!(
+            applied.written_here(&cluster, &n1),
+            "any write carries the users"
+        );
+        n1.address = Some(elsewhere);
+        assert!(
+            !applied.written_here(&cluster, &n1),
+            "a new server at a new address"
+        );
+        n1.address = Some(at);
+        let refused_own = Refusal {
+            user: "valkey-replication".into(),
+            error: "ERR".into(),
+        };
+        applied.record(&cluster, "n1", at, 7, vec![refused_own]);
+        assert!(
+            !applied.written_here(&cluster, &n1),
+            "it refused the operator's users"
+        );
+        applied.record(&cluster, "n1", at, 7, vec![refusal()]);
+        assert!(
+            applied.written_here(&cluster, &n1),
+            "a tenant's refusal does not count"
+        );
+        // Every member, at its address, with the digest desired now, for a rotation to move on.
+        let mut n2 = member("n2");
+        n2.address = Some(elsewhere);
+        assert!(!applied.everywhere(&cluster, &[n1.clone(), n2.clone()], 7));
+        applied.record(&cluster, "n2", elsewhere, 7, Vec::new());
+        assert!(applied.everywhere(&cluster, &[n1.clone(), n2.clone()], 7));
+        assert!(!applied.everywhere(&cluster, &[n1, n2], 8));
     }
 
     #[test]

@@ -136,6 +136,7 @@ pub async fn run(
         // Another replica may have written to the nodes while this one did not lead.
         context.applied_acl.clear();
         context.applied_tls.clear();
+        context.known_credentials.clear();
         let mut lost = leading.clone();
         let lost = async move {
             let _ = lost.wait_for(Option::is_none).await;

@@ -40,7 +40,7 @@ use super::{act, credentials, live, membership, secrets};
 use crate::api::annotations::RETRY_FAILOVERS;
 use crate::api::bounds::{Problem, cluster_problems};
 use crate::api::{ValkeyCluster, ValkeyClusterStatus};
-use crate::credentials::DefaultUser;
+use crate::credentials::{DefaultUser, secret_name};
 use crate::execute::{self, NodeHost, StepInputs, observe::observe};
 use crate::fleet::ClusterKey;
 use crate::resolve::{self, EffectiveConfig};
@@ -117,6 +117,10 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         &namespace,
         default,
         &ctx.known_credentials,
+        nodes
+            .pods
+            .values()
+            .any(|pod| mounts(pod, &secret_name(&cluster.name_any()))),
     )
     .await
     {
@@ -268,6 +272,18 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     // Only a pass that got this far resets the backoff: one waiting for its config keeps it.
     ctx.backoff.succeeded(&cluster_key(cluster));
     Ok(requeue_after(&step))
+}
+
+/// Whether the Pod mounts the Secret `secret` (a Pod made by an older operator has no
+/// credentials Secret).
+fn mounts(pod: &k8s_openapi::api::core::v1::Pod, secret: &str) -> bool {
+    let volumes = pod
+        .spec
+        .iter()
+        .flat_map(|spec| spec.volumes.iter().flatten());
+    volumes
+        .filter_map(|v| v.secret.as_ref()?.secret_name.as_deref())
+        .any(|name| name == secret)
 }
 
 /// The effective config, or why there is none.

@@ -216,6 +216,12 @@ impl NodeClient {
                 connected => return connected,
             }
         }
+        if !reach.credentials.is_empty() {
+            tracing::warn!(
+                node = %addr,
+                "the node took none of the operator's logins; trying without credentials (a node started before the operator's users)"
+            );
+        }
         Self::at_as(&addr, reach, None).await
     }
 
