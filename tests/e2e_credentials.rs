@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use harness::eventually;
 use harness::k8s::{ClusterWatch, IMAGES, Product, condition_field};
+use harness::valkey::logins::anonymous_reply;
+use k8s_openapi::ByteString;
 use serde_json::Value;
 use valkey_operator::credentials::{OPERATOR_USER, ROTATE_ANNOTATION, secret_name};
 use valkey_operator::valkey::{Credentials, NodeClient};
@@ -45,43 +47,21 @@ fn secret(product: &Product) -> Value {
 fn keys_and_password(secret: &Value) -> (Vec<String>, String) {
     let data = secret["data"].as_object().cloned().unwrap_or_default();
     let keys = data.keys().cloned().collect();
-    let password = product_decode(&data["operator-password"]);
+    let password = decode(&data["operator-password"]);
     (keys, password)
 }
 
-fn product_decode(value: &Value) -> String {
-    let encoded = value.as_str().unwrap_or_default();
-    let output = std::process::Command::new("base64")
-        .arg("-d")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write;
-            child.stdin.take().unwrap().write_all(encoded.as_bytes())?;
-            child.wait_with_output()
-        })
-        .unwrap();
-    String::from_utf8(output.stdout).unwrap()
+/// A Secret's data value (base64), decoded.
+fn decode(value: &Value) -> String {
+    let bytes: ByteString = serde_json::from_value(value.clone()).unwrap();
+    String::from_utf8(bytes.0).unwrap()
 }
 
 /// What a client without credentials gets for `command` on every node.
 async fn anonymous_answers(product: &Product, command: &[&str]) -> Vec<String> {
     let mut answers = Vec::new();
     for address in product.addresses(NAMESPACE, CLUSTER).values() {
-        let mut conn = redis::Client::open(format!("redis://{address}/"))
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        let reply: redis::RedisResult<redis::Value> = redis::cmd(command[0])
-            .arg(&command[1..])
-            .query_async(&mut conn)
-            .await;
-        answers.push(match reply {
-            Ok(value) => format!("answered {value:?}"),
-            Err(error) => error.to_string().to_uppercase(),
-        });
+        answers.push(anonymous_reply(address, command).await);
     }
     answers
 }
@@ -168,7 +148,7 @@ async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
     );
     let pods = product.kubectl(&["get", "pods", "-n", NAMESPACE, "-o", "json"]);
     assert!(!pods.contains(&password), "an operator password in a Pod");
-    let auth_conf = product_decode(&first["data"]["auth.conf"]);
+    let auth_conf = decode(&first["data"]["auth.conf"]);
     assert!(!auth_conf.contains(&password), "{auth_conf}");
     // On 9.0 `default` keeps only CLUSTER SYNCSLOTS (its slot migration runs as `default`).
     assert!(
@@ -230,7 +210,7 @@ async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
         "auth.conf to close default once no node runs 9.0",
         Duration::from_secs(30),
         async || {
-            let conf = product_decode(&secret(&product)["data"]["auth.conf"]);
+            let conf = decode(&secret(&product)["data"]["auth.conf"]);
             conf.starts_with("user default reset off\n").then_some(())
         },
     )

@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use harness::eventually;
+use harness::valkey::logins::anonymous_reply;
 use harness::valkey::roller::LocalRuntime;
 use harness::valkey::runtime::{NodeRuntime, NodeSpec};
 use harness::valkey::{NEW, OLD};
@@ -63,20 +64,7 @@ fn runtime_with(subnet: u8, credentials: &SystemCredentials, default: DefaultUse
 
 /// What a client without credentials gets for `command`.
 async fn anonymous(address: NodeAddress, command: &[&str]) -> String {
-    let mut conn = redis::Client::open(format!("redis://{address}/"))
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
-    let reply: redis::RedisResult<redis::Value> = redis::cmd(command[0])
-        .arg(&command[1..])
-        .query_async(&mut conn)
-        .await;
-    match reply {
-        Ok(value) => format!("answered {value:?}"),
-        // Upper case, as Valkey says it (the client spells its kinds `NoAuth`, `NoPerm`).
-        Err(error) => error.to_string().to_uppercase(),
-    }
+    anonymous_reply(&address.to_string(), command).await
 }
 
 const PROBES: [&[&str]; 4] = [

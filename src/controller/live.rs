@@ -124,13 +124,14 @@ impl Applied {
             .insert(node.to_owned(), written);
     }
 
-    /// What the members refused of `digest` when last written, reachable now or not, so a node
-    /// that misses one pass does not turn the condition true.
-    fn refusals(&self, cluster: &ClusterKey, digest: u64) -> Vec<NodeRefusal> {
+    /// What the members refused of what is desired now (`digests`: the users with `default`
+    /// closed, and the same with it left open) when last written, reachable now or not, so a
+    /// node that misses one pass does not turn the condition true.
+    fn refusals(&self, cluster: &ClusterKey, digests: &[u64]) -> Vec<NodeRefusal> {
         let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let nodes = applied.get(cluster).into_iter().flatten();
         let mut refusals: Vec<NodeRefusal> = nodes
-            .filter(|(_, w)| w.digest == digest)
+            .filter(|(_, w)| digests.contains(&w.digest))
             .flat_map(|(node, w)| {
                 w.refusals.iter().map(|refusal| NodeRefusal {
                     node: node.clone(),
@@ -277,7 +278,7 @@ pub async fn apply_acl(
         }
     }
     AclOutcome {
-        refusals: applied.refusals(cluster, digest),
+        refusals: applied.refusals(cluster, &[digest, open_digest]),
         everywhere: applied.everywhere(cluster, members, digest),
     }
 }
@@ -444,14 +445,15 @@ mod tests {
         applied.record(&cluster, "n2", at, 7, Vec::new());
         // Retried each pass, and reported even when n1 does not answer in the next one.
         assert!(!applied.is_current(&cluster, "n1", at, 7));
-        let reported = applied.refusals(&cluster, 7);
+        let reported = applied.refusals(&cluster, &[7]);
         assert_eq!(reported.len(), 1);
         assert_eq!(reported[0].node, "n1");
-        // Only refusals of what is desired now count.
-        assert!(applied.refusals(&cluster, 8).is_empty());
+        // Only refusals of what is desired now count, with `default` closed or left open.
+        assert!(applied.refusals(&cluster, &[8]).is_empty());
+        assert_eq!(applied.refusals(&cluster, &[8, 7]).len(), 1);
         // A retired node's refusals go with it.
         applied.keep_only(&cluster, &[member("n2")]);
-        assert!(applied.refusals(&cluster, 7).is_empty());
+        assert!(applied.refusals(&cluster, &[7]).is_empty());
     }
 
     #[test]

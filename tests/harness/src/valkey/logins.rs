@@ -71,6 +71,25 @@ fn encode(text: &str) -> String {
         .collect()
 }
 
+/// What a client without credentials gets for `command` on the node at `address`: `answered …`
+/// or Valkey's error, upper-cased as Valkey spells it (`NOAUTH`, `NOPERM`; the client spells
+/// its error kinds `NoAuth`, `NoPerm`).
+pub async fn anonymous_reply(address: &str, command: &[&str]) -> String {
+    let mut conn = redis::Client::open(url(address, None))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let reply: redis::RedisResult<redis::Value> = redis::cmd(command[0])
+        .arg(&command[1..])
+        .query_async(&mut conn)
+        .await;
+    match reply {
+        Ok(value) => format!("answered {value:?}"),
+        Err(error) => error.to_string().to_uppercase(),
+    }
+}
+
 /// A connection to one node as the operator's user (the login that worked there last, then
 /// every one learnt), or without credentials when none is learnt or none is taken.
 pub async fn admin(
