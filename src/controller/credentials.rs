@@ -112,7 +112,14 @@ pub async fn ensure(
             let data = plain_data(&secret);
             let credentials = SystemCredentials::from_data(&data).map_err(problem)?;
             if stale(&data, &credentials.to_data(default)) {
-                write(&api, &name, &data, &credentials.to_data(default), false).await?;
+                write(
+                    &api,
+                    &name,
+                    data.keys(),
+                    &credentials.to_data(default),
+                    false,
+                )
+                .await?;
             }
             Read {
                 credentials,
@@ -163,12 +170,8 @@ pub async fn advance(
     };
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let before = read.credentials.to_data(default);
-    let before: BTreeMap<String, Vec<u8>> = before
-        .into_iter()
-        .map(|(k, v)| (k, v.into_bytes()))
-        .collect();
     let starting = read.credentials.rotation == Rotation::Steady;
-    write(&api, &name, &before, &next.to_data(default), starting).await?;
+    write(&api, &name, before.keys(), &next.to_data(default), starting).await?;
     Ok(Some(match next.rotation {
         Rotation::Adding(_) => {
             "rotating the operator's passwords: adding the new ones on every node"
@@ -225,17 +228,16 @@ fn stale(data: &BTreeMap<String, Vec<u8>>, wanted: &BTreeMap<String, String>) ->
             .any(|(k, v)| data.get(k).map(Vec::as_slice) != Some(v.as_bytes()))
 }
 
-/// Replaces the Secret's data with `wanted` (keys it no longer has removed), and its rotate
-/// annotation when `clear_annotation`, in one merge patch.
+/// Replaces the Secret's data (`old_keys`) with `wanted` (keys it no longer has removed), and
+/// its rotate annotation when `clear_annotation`, in one merge patch.
 async fn write(
     api: &Api<Secret>,
     name: &str,
-    data: &BTreeMap<String, Vec<u8>>,
+    old_keys: impl Iterator<Item = &String>,
     wanted: &BTreeMap<String, String>,
     clear_annotation: bool,
 ) -> Result<(), Error> {
-    let mut patch_data: Map<String, Value> =
-        data.keys().map(|k| (k.clone(), Value::Null)).collect();
+    let mut patch_data: Map<String, Value> = old_keys.map(|k| (k.clone(), Value::Null)).collect();
     for (key, value) in wanted {
         let encoded =
             serde_json::to_value(ByteString(value.clone().into_bytes())).unwrap_or(Value::Null);

@@ -77,7 +77,29 @@ struct Written {
     refusals: Vec<Refusal>,
 }
 
+impl Written {
+    /// It holds the operator's own users and the replication login: every write carries them,
+    /// and it refused none of them (a tenant's refusal locks nobody out).
+    fn has_system_users(&self) -> bool {
+        !self.refusals.iter().any(|r| is_reserved(&r.user))
+    }
+}
+
 impl Applied {
+    /// Whether `node` of `cluster` was written, and that write passes `test`.
+    fn written(
+        &self,
+        cluster: &ClusterKey,
+        node: &str,
+        test: impl FnOnce(&Written) -> bool,
+    ) -> bool {
+        let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        applied
+            .get(cluster)
+            .and_then(|nodes| nodes.get(node))
+            .is_some_and(test)
+    }
+
     /// Whether the node took exactly this, whole, recently enough.
     fn is_current(&self, cluster: &ClusterKey, node: &str, at: NodeAddress, digest: u64) -> bool {
         self.is_current_at(cluster, node, at, digest, Instant::now())
@@ -91,16 +113,12 @@ impl Applied {
         digest: u64,
         now: Instant,
     ) -> bool {
-        let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        applied
-            .get(cluster)
-            .and_then(|nodes| nodes.get(node))
-            .is_some_and(|w| {
-                w.at == at
-                    && w.digest == digest
-                    && w.refusals.is_empty()
-                    && now.saturating_duration_since(w.when) < REFRESH
-            })
+        self.written(cluster, node, |w| {
+            w.at == at
+                && w.digest == digest
+                && w.refusals.is_empty()
+                && now.saturating_duration_since(w.when) < REFRESH
+        })
     }
 
     fn record(
@@ -146,29 +164,19 @@ impl Applied {
     /// Whether every member took `digest` at the address it has now, the operator's own users
     /// included (a tenant user refused does not count: it does not lock anyone out).
     fn everywhere(&self, cluster: &ClusterKey, members: &[Member], digest: u64) -> bool {
-        let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let nodes = applied.get(cluster);
         members.iter().all(|member| {
-            nodes
-                .and_then(|nodes| nodes.get(&member.name))
-                .is_some_and(|w| {
-                    Some(w.at) == member.address
-                        && w.digest == digest
-                        && !w.refusals.iter().any(|r| is_reserved(&r.user))
-                })
+            self.written(cluster, &member.name, |w| {
+                Some(w.at) == member.address && w.digest == digest && w.has_system_users()
+            })
         })
     }
 
     /// Whether the member was written at the address it has now, whatever with (every write
     /// carries the operator's users and the replication login).
     fn written_here(&self, cluster: &ClusterKey, member: &Member) -> bool {
-        let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        applied
-            .get(cluster)
-            .and_then(|nodes| nodes.get(&member.name))
-            .is_some_and(|w| {
-                Some(w.at) == member.address && !w.refusals.iter().any(|r| is_reserved(&r.user))
-            })
+        self.written(cluster, &member.name, |w| {
+            Some(w.at) == member.address && w.has_system_users()
+        })
     }
 
     /// A new term of leadership: another replica may have written meanwhile.
@@ -193,18 +201,19 @@ impl Applied {
 
 fn digest(desired: &DesiredAcl) -> u64 {
     let mut hasher = DefaultHasher::new();
-    if let Some(system) = &desired.system {
-        for (user, rules) in &system.users {
-            user.hash(&mut hasher);
-            acl::arguments(rules).hash(&mut hasher);
-        }
+    let system = desired.system.as_ref();
+    let users = system
+        .into_iter()
+        .flat_map(|s| &s.users)
+        .chain(&desired.users);
+    for (user, rules) in users {
+        user.hash(&mut hasher);
+        acl::arguments(rules).hash(&mut hasher);
+    }
+    if let Some(system) = system {
         acl::arguments(&system.default).hash(&mut hasher);
         system.replication.username.hash(&mut hasher);
         acl::password_hash(system.replication.password.as_bytes()).hash(&mut hasher);
-    }
-    for (user, rules) in &desired.users {
-        user.hash(&mut hasher);
-        acl::arguments(rules).hash(&mut hasher);
     }
     desired.keep.hash(&mut hasher);
     hasher.finish()

@@ -74,6 +74,26 @@ fn render_for<'a>(cluster: &'a ValkeyCluster, effective: &'a EffectiveConfig) ->
     }
 }
 
+/// The spec of the Pod of a primary of shard 1, rendered for `cluster` on 9.1.2.
+fn pod_spec(cluster: &ValkeyCluster) -> PodSpec {
+    let effective = effective("9.1.2");
+    let render = render_for(cluster, &effective);
+    let mut node = render.node("orders-1-a1b2", 1);
+    node.metadata.uid = Some("node-uid".into());
+    render.pod(&node, NodeRole::Primary).spec.unwrap()
+}
+
+/// The Secret behind the Pod's volume `name`, and where its container mounts it.
+fn secret_volume(spec: &PodSpec, name: &str) -> (SecretVolumeSource, VolumeMount) {
+    let volumes = spec.volumes.iter().flatten();
+    let secret = volumes
+        .filter(|v| v.name == name)
+        .find_map(|v| v.secret.clone());
+    let mut mounts = spec.containers[0].volume_mounts.iter().flatten();
+    let mount = mounts.find(|m| m.name == name).cloned();
+    (secret.unwrap(), mount.unwrap())
+}
+
 fn revision(cluster: &ValkeyCluster, effective: &EffectiveConfig) -> String {
     render_for(cluster, effective).revision()
 }
@@ -336,12 +356,7 @@ fn the_budget_allows_one_disruption_of_the_pods_there_are_and_none_without_repli
 
 #[test]
 fn a_pod_passes_the_restricted_pod_security_standard() {
-    let cluster = cluster();
-    let effective = effective("9.1.2");
-    let render = render_for(&cluster, &effective);
-    let mut node = render.node("orders-1-a1b2", 1);
-    node.metadata.uid = Some("node-uid".into());
-    let spec = render.pod(&node, NodeRole::Primary).spec.unwrap();
+    let spec = pod_spec(&cluster());
     assert_eq!(spec.automount_service_account_token, Some(false));
     let pod = spec.security_context.unwrap();
     assert_eq!(pod.run_as_non_root, Some(true));
@@ -434,11 +449,7 @@ fn a_tls_cluster_serves_tls_only_with_its_secret_mounted_read_only() {
     cluster.spec.tls = Some(crate::api::ClusterTls {
         secret_ref: "orders-tls".into(),
     });
-    let effective = effective("9.1.2");
-    let render = render_for(&cluster, &effective);
-    let mut node = render.node("orders-1-a1b2", 1);
-    node.metadata.uid = Some("node-uid".into());
-    let spec = render.pod(&node, NodeRole::Primary).spec.unwrap();
+    let spec = pod_spec(&cluster);
     let args = spec.containers[0].args.clone().unwrap().join(" ");
     for expected in [
         "--port 0 ",
@@ -452,29 +463,14 @@ fn a_tls_cluster_serves_tls_only_with_its_secret_mounted_read_only() {
     ] {
         assert!(args.contains(expected), "{expected}: {args}");
     }
-    let volume = spec
-        .volumes
-        .unwrap()
-        .into_iter()
-        .find(|v| v.name == "tls")
-        .unwrap();
-    let secret = volume.secret.unwrap();
+    let (secret, mount) = secret_volume(&spec, "tls");
     assert_eq!(secret.secret_name.as_deref(), Some("orders-tls"));
     assert_eq!(secret.default_mode, Some(0o440));
-    let mount = spec.containers[0]
-        .volume_mounts
-        .clone()
-        .unwrap()
-        .into_iter()
-        .find(|m| m.name == "tls")
-        .unwrap();
     assert_eq!(mount.mount_path, TLS_DIR);
     assert_eq!(mount.read_only, Some(true));
 
     // Without TLS, none of it.
-    let plain = super::tests::cluster();
-    let render = render_for(&plain, &effective);
-    let spec = render.pod(&node, NodeRole::Primary).spec.unwrap();
+    let spec = pod_spec(&super::tests::cluster());
     let args = spec.containers[0].args.clone().unwrap().join(" ");
     assert!(
         args.contains("--port 6379") && !args.contains("tls"),
@@ -486,25 +482,14 @@ fn a_tls_cluster_serves_tls_only_with_its_secret_mounted_read_only() {
 
 #[test]
 fn every_node_starts_with_only_the_auth_conf_of_its_credentials_secret() {
-    let cluster = cluster();
-    let effective = effective("9.1.2");
-    let render = render_for(&cluster, &effective);
-    let mut node = render.node("orders-0-abcde", 0);
-    node.metadata.uid = Some("node-uid".into());
-    let spec = render.pod(&node, NodeRole::Primary).spec.unwrap();
+    let spec = pod_spec(&cluster());
     let args = spec.containers[0].args.clone().unwrap();
     assert_eq!(
         args[args.len() - 2..],
         ["--include", "/etc/valkey/auth/auth.conf"],
         "last, so no setting comes after the operator's users"
     );
-    let volume = spec
-        .volumes
-        .unwrap()
-        .into_iter()
-        .find(|v| v.name == "auth")
-        .unwrap();
-    let secret = volume.secret.unwrap();
+    let (secret, mount) = secret_volume(&spec, "auth");
     assert_eq!(secret.secret_name.as_deref(), Some("orders-credentials"));
     let items: Vec<(String, String)> = secret
         .items
@@ -518,13 +503,6 @@ fn every_node_starts_with_only_the_auth_conf_of_its_credentials_secret() {
         "never the passwords"
     );
     assert_eq!(secret.default_mode, Some(0o440));
-    let mount = spec.containers[0]
-        .volume_mounts
-        .clone()
-        .unwrap()
-        .into_iter()
-        .find(|m| m.name == "auth")
-        .unwrap();
     assert_eq!(
         (mount.mount_path.as_str(), mount.read_only),
         (AUTH_DIR, Some(true))
