@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CACHE ?= $(HOME)/.cache/valkey-operator
 export VALKEY_BIN_ROOT := $(CACHE)/valkey
 
-.PHONY: test test-unit lint crds tools valkey-bins k8s-bins dev chart-lint
+.PHONY: test test-unit lint crds tools valkey-bins k8s-bins prometheus-bins dev chart-lint
 
 ## test: fetch/build what the tests need, then run every test of the workspace.
 ## (Benchmarks are compiled by `make lint` but not run here: they print figures, they do not test.)
@@ -29,7 +29,7 @@ crds:
 	cargo run --quiet -- crd > charts/valkey-operator/crds/crds.yaml
 
 ## tools: real parts the tests run against, cached by version.
-tools: valkey-bins k8s-bins
+tools: valkey-bins k8s-bins prometheus-bins
 
 valkey-bins:
 	hack/fetch-valkey.sh 9.0.0 9.1.2 >/dev/null
@@ -37,6 +37,10 @@ valkey-bins:
 ## k8s-bins: etcd, kube-apiserver, kube-controller-manager, kubectl, helm (built once, ~25 min cold).
 k8s-bins:
 	hack/build-k8s.sh >/dev/null
+
+## prometheus-bins: prometheus and promtool for the metrics and alert tests (built once, ~6 min cold).
+prometheus-bins:
+	hack/build-prometheus.sh >/dev/null
 
 ## dev: run the operator against a local control plane with samples applied (Ctrl-C stops).
 dev:
@@ -46,4 +50,5 @@ dev:
 chart-lint: k8s-bins
 	helm=$$(hack/build-k8s.sh)/helm; \
 	$$helm lint --strict charts/valkey-operator && \
-	$$helm lint --strict charts/valkey-operator --set certificate.source=certManager --set serviceMonitor.enabled=true
+	$$helm lint --strict charts/valkey-operator --set certificate.source=certManager --set serviceMonitor.enabled=true \
+		--set prometheusRule.enabled=true --set dashboard.enabled=true
