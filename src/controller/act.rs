@@ -2,15 +2,17 @@
 //! cluster's ValkeyNodes and Pods ([`super::host::KubeHost`]); this adds what a person and a
 //! dashboard see of it, the events and the failover and migration metrics.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::context::Context;
 use super::error::Error;
 use super::events::{ClusterEvent, publish};
 use super::host::KubeHost;
+use super::stopwatch::Pass;
 use crate::api::ValkeyCluster;
 use crate::execute::{Outcome, StepInputs, perform};
-use crate::roll::{RollMemory, Step};
+use crate::fleet::ClusterKey;
+use crate::roll::{DesiredShape, ObservedNode, RollMemory, Step};
 
 /// Performs `step`, recording its events and metrics.
 pub async fn act(
@@ -20,23 +22,23 @@ pub async fn act(
     step: &Step,
     memory: &mut RollMemory,
     inputs: &StepInputs<'_>,
-) -> Result<(), Error> {
+) -> Result<Outcome, Error> {
     if let Some(announced) = announcement(step) {
         publish(&ctx.recorder, cluster, &announced).await;
     }
     let started = Instant::now();
     let result = perform(host, step, memory, inputs).await;
-    record_metrics(ctx, cluster, step, result.is_ok(), started);
+    record_metrics(ctx, cluster, step, result.as_ref().ok(), started.elapsed());
     let outcome = result?;
     if let Some(done) = completion(step, &outcome) {
         publish(&ctx.recorder, cluster, &done).await;
     }
-    Ok(())
+    Ok(outcome)
 }
 
 /// The event said before a step that takes time (so it shows while it runs).
 fn announcement(step: &Step) -> Option<ClusterEvent> {
-    let what = step.to_string();
+    let what = step.headline();
     match step {
         Step::Failover { to, .. } => Some(ClusterEvent::Failover {
             to: to.clone(),
@@ -60,7 +62,7 @@ fn announcement(step: &Step) -> Option<ClusterEvent> {
 
 /// The event said once a step has been carried out.
 fn completion(step: &Step, outcome: &Outcome) -> Option<ClusterEvent> {
-    let what = step.to_string();
+    let what = step.headline();
     match (step, outcome) {
         (Step::JoinPrimary { .. } | Step::JoinReplica { .. }, Outcome::Created { node }) => {
             Some(ClusterEvent::NodeJoining {
@@ -76,21 +78,65 @@ fn completion(step: &Step, outcome: &Outcome) -> Option<ClusterEvent> {
             node: node.clone(),
             what,
         }),
-        (Step::Stalled { reason }, _) => Some(ClusterEvent::RollStalled {
-            reason: reason.to_string(),
-        }),
+        (Step::Stalled { .. }, _) => Some(ClusterEvent::RollStalled { what }),
         _ => None,
     }
 }
 
-fn record_metrics(ctx: &Context, cluster: &ValkeyCluster, step: &Step, ok: bool, started: Instant) {
+/// Times the roll's shards and joining replicas across passes (see [`super::stopwatch`]).
+pub fn time_pass(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    step: &Step,
+    outcome: Option<&Outcome>,
+    observed: &[ObservedNode],
+    desired: &DesiredShape,
+) {
+    let created = match outcome {
+        Some(Outcome::Created { node }) => Some(node.as_str()),
+        _ => None,
+    };
+    let pass = Pass {
+        step,
+        ok: outcome.is_some(),
+        created,
+        nodes: observed.iter().map(|o| o.name.as_str()).collect(),
+        outdated_shards: observed
+            .iter()
+            .filter(|o| !o.is_up_to_date(desired))
+            .map(|o| o.shard)
+            .collect(),
+    };
+    let key = ClusterKey::new(
+        cluster.metadata.namespace.clone().unwrap_or_default(),
+        cluster.metadata.name.clone().unwrap_or_default(),
+    );
+    for (what, took) in ctx.stopwatches.record(&key, &pass, Instant::now()) {
+        ctx.metrics.timed(&key.namespace, &key.name, what, took);
+    }
+}
+
+fn record_metrics(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    step: &Step,
+    outcome: Option<&Outcome>,
+    took: Duration,
+) {
     let namespace = cluster.metadata.namespace.as_deref().unwrap_or_default();
     let name = cluster.metadata.name.as_deref().unwrap_or_default();
+    let ok = outcome.is_some();
     match step {
         Step::Failover { .. } | Step::HandOver { .. } => {
-            ctx.metrics.failover(namespace, name, ok, started)
+            ctx.metrics.failover(namespace, name, ok, took)
         }
-        Step::MigrateSlots { .. } => ctx.metrics.slot_migration(namespace, name, ok),
+        Step::MigrateSlots { .. } => {
+            let keys = match outcome {
+                Some(Outcome::Migrated { keys }) => *keys,
+                _ => None,
+            };
+            ctx.metrics.slot_migration(namespace, name, ok, keys, took)
+        }
         _ => {}
     }
 }

@@ -29,6 +29,8 @@ pub struct Context {
     pub certificate_versions: super::live::CertificateVersions,
     /// The last credentials read per cluster (see [`super::credentials::Known`]).
     pub known_credentials: super::credentials::Known,
+    /// When each cluster's rolling shards and joining replicas started, for the histograms.
+    pub stopwatches: super::stopwatch::Stopwatches,
     /// The election's word, checked before acting (see [`super::leader::Leadership`]).
     pub leadership: tokio::sync::watch::Receiver<super::leader::Leadership>,
 }

@@ -12,7 +12,8 @@ use crate::api::{ValkeyCluster, ValkeyNode};
 /// Something a person watching `kubectl get events` should know about a cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClusterEvent {
-    /// A node was created to join the cluster; `what` is the planned step.
+    /// A node was created to join the cluster. `what`, here and below, is the step's
+    /// [`crate::roll::Step::headline`], the words the `Progressing` condition and the metrics use.
     NodeJoining {
         node: String,
         what: String,
@@ -45,8 +46,9 @@ pub enum ClusterEvent {
         node: String,
         what: String,
     },
+    /// `what` is the stalled step's headline.
     RollStalled {
-        reason: String,
+        what: String,
     },
     /// A person allowed more failover attempts for `shards` (the retry-failovers annotation).
     FailoversAllowed {
@@ -141,7 +143,7 @@ impl ClusterEvent {
 
     pub fn note(&self) -> String {
         match self {
-            ClusterEvent::NodeJoining { node, what } => format!("{node}: {what}"),
+            ClusterEvent::NodeJoining { node, what } => format!("{what}: created {node}"),
             ClusterEvent::NodeActive { node, shard } => {
                 format!("{node} is an active member of shard {shard}")
             }
@@ -150,7 +152,7 @@ impl ClusterEvent {
             | ClusterEvent::TakeOver { what, .. }
             | ClusterEvent::SlotMigration { what, .. }
             | ClusterEvent::NodeRetired { what, .. } => what.clone(),
-            ClusterEvent::RollStalled { reason } => reason.clone(),
+            ClusterEvent::RollStalled { what } => what.clone(),
             ClusterEvent::FailoversAllowed { shards } => format!(
                 "a person allowed more failover attempts for shards {shards:?}; the roll resumes"
             ),
@@ -205,11 +207,11 @@ mod tests {
         assert_eq!(joining.node(), Some("c-0-abcde"));
         assert_eq!(
             joining.note(),
-            "c-0-abcde: join a new replica of c-0-x to shard 0"
+            "join a new replica of c-0-x to shard 0: created c-0-abcde"
         );
         assert!(!joining.is_warning());
         let stalled = ClusterEvent::RollStalled {
-            reason: "shard 0 has no live primary".into(),
+            what: "shard 0, Stalled (NoPrimary): shard 0 has no live primary".into(),
         };
         assert_eq!((stalled.reason(), stalled.node()), ("RollStalled", None));
         assert!(stalled.is_warning());

@@ -26,6 +26,7 @@ pub mod reconcile;
 pub mod render;
 pub mod secrets;
 pub mod status;
+pub mod stopwatch;
 
 use std::sync::{Arc, RwLock};
 
@@ -126,6 +127,7 @@ pub async fn run(
         applied_tls: Default::default(),
         certificate_versions: Default::default(),
         known_credentials: Default::default(),
+        stopwatches: Default::default(),
         leadership: leading.clone(),
     });
     loop {
@@ -137,6 +139,8 @@ pub async fn run(
         context.applied_acl.clear();
         context.applied_tls.clear();
         context.known_credentials.clear();
+        context.stopwatches.clear();
+        context.metrics.leading(true);
         let mut lost = leading.clone();
         let lost = async move {
             let _ = lost.wait_for(Option::is_none).await;
@@ -183,6 +187,7 @@ pub async fn run(
             () = controller => {}
             () = lost => tracing::warn!("lost the lease: reconciles in flight cancelled"),
         }
+        context.metrics.leading(false);
         tracing::info!("not leading: stopped reconciling");
     }
 }

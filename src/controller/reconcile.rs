@@ -34,7 +34,8 @@ use super::host::{KubeHost, MANAGER, delete_node};
 use super::observe::{StoredStatus, memory_of, read_nodes, read_status};
 use super::render::ClusterRender;
 use super::status::{
-    PassReport, Reason, acl_applied, degraded, newly_failing, progress, set_condition, summarize,
+    ConditionType, PassReport, Reason, acl_applied, degraded, newly_failing, progress,
+    set_condition, summarize,
 };
 use super::{act, credentials, live, membership, secrets};
 use crate::api::annotations::RETRY_FAILOVERS;
@@ -194,6 +195,14 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     if let Err(error) = &acted {
         tracing::warn!(cluster = %cluster.name_any(), %step, %error, "step failed");
     }
+    act::time_pass(
+        ctx,
+        cluster,
+        &step,
+        acted.as_ref().ok(),
+        &observed,
+        &desired,
+    );
     let members = host.members();
     // Users on every pass, so a removed user or rotated password holds during a long roll.
     let applied = live::apply_acl(
@@ -403,6 +412,7 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     };
     publish(&ctx.recorder, cluster, &deleted).await;
     ctx.metrics.forget_cluster(&namespace, &cluster.name_any());
+    ctx.stopwatches.forget(&cluster_key(cluster));
     ctx.applied_acl.forget(&cluster_key(cluster));
     ctx.applied_tls.forget(&cluster_key(cluster));
     ctx.certificate_versions.forget(&cluster_key(cluster));
@@ -487,5 +497,12 @@ async fn write_status(
         &Patch::Apply(&patch),
     )
     .await?;
+    let degraded = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ConditionType::Degraded.as_str() && c.status == "True");
+    let reason = degraded.map(|c| c.reason.as_str());
+    ctx.metrics
+        .degraded(&namespace, &cluster.name_any(), reason);
     Ok(())
 }

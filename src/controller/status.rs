@@ -14,9 +14,9 @@ use crate::acl::AclError;
 use crate::api::{
     ClusterNodeStatus, ClusterState, NodeRole, ShardStatus, ValkeyClusterStatus, ValkeyNode,
 };
-use crate::metrics::RollProgress;
+use crate::metrics::{NodeGauges, RollProgress};
 use crate::roll::slots::SLOT_COUNT;
-use crate::roll::{DesiredShape, ObservedNode, Role, Step};
+use crate::roll::{DesiredShape, Lifecycle, ObservedNode, Role, Step};
 use crate::words::{clip, first_of};
 
 /// The conditions a ValkeyCluster reports.
@@ -345,14 +345,13 @@ fn verdicts(pass: &PassReport, all_served: bool) -> [Verdict; 3] {
         } else {
             Reason::Rolling
         },
-        message: match pass.step.shard() {
-            Some(shard) => format!("shard {shard}: {}", pass.step),
-            None => pass.step.to_string(),
-        },
+        message: pass.step.headline(),
     };
     let degraded = match (pass.step, &pass.failure) {
-        (Step::Stalled { reason }, _) => degraded(Reason::RollStalled, reason.to_string()),
-        (step, Some(error)) => degraded(Reason::StepFailed, format!("{step}: {error}")),
+        (Step::Stalled { .. }, _) => degraded(Reason::RollStalled, pass.step.headline()),
+        (step, Some(error)) => {
+            degraded(Reason::StepFailed, format!("{}: {error}", step.headline()))
+        }
         _ => Verdict {
             type_: ConditionType::Degraded,
             status: false,
@@ -382,11 +381,35 @@ pub fn progress(desired: &DesiredShape, observed: &[ObservedNode], step: &Step) 
             .filter(|o| !o.is_up_to_date(desired))
             .count(),
         in_progress: !matches!(step, Step::Converged),
-        stalled: match step {
-            Step::Stalled { reason } => Some(reason.kind()),
-            _ => None,
-        },
+        shards_below_replica_target: (0..desired.shards)
+            .filter(|shard| in_sync_replicas(observed, *shard) < desired.replicas_per_shard)
+            .count(),
+        words: step.words(),
+        nodes: observed
+            .iter()
+            .filter(|o| o.reachable)
+            .map(|o| NodeGauges {
+                name: o.name.clone(),
+                shard: o.shard,
+                role: o.role,
+                lag_bytes: o
+                    .sync
+                    .filter(|_| o.role == Role::Replica)
+                    .map(|s| s.primary_offset.saturating_sub(s.offset)),
+            })
+            .collect(),
     }
+}
+
+/// Active replicas of `shard` whose link to their primary is up and not in a full sync.
+fn in_sync_replicas(observed: &[ObservedNode], shard: u32) -> u32 {
+    let count = observed
+        .iter()
+        .filter(|o| o.shard == shard && o.reachable && o.role == Role::Replica)
+        .filter(|o| o.lifecycle == Lifecycle::Active)
+        .filter(|o| o.sync.is_some_and(|s| s.link_up && !s.sync_in_progress))
+        .count();
+    u32::try_from(count).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

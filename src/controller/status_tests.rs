@@ -4,7 +4,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::*;
 use crate::api::ValkeyNodeSpec;
-use crate::roll::{Lifecycle, SlotRange, StallReason};
+use crate::roll::{Lifecycle, ReplicaSync, SlotRange, StallReason};
 
 fn at(seconds: i64) -> Time {
     Time(Timestamp::from_second(seconds).unwrap_or(Timestamp::UNIX_EPOCH))
@@ -180,7 +180,10 @@ fn a_stall_is_degraded_and_an_active_cluster_stays_active_while_slots_are_unserv
         (degraded.status.as_str(), degraded.reason.as_str()),
         ("True", "RollStalled")
     );
-    assert_eq!(degraded.message, "shard 1 has no live primary");
+    assert_eq!(
+        degraded.message,
+        "shard 1, Stalled (NoPrimary): shard 1 has no live primary"
+    );
     assert_eq!(
         summarize(&ValkeyClusterStatus::default(), &pass, at(10)).state,
         Some(ClusterState::Creating)
@@ -204,12 +207,12 @@ fn a_failed_step_says_which_step_and_why() {
     assert_eq!(degraded.reason, "StepFailed");
     assert_eq!(
         degraded.message,
-        "join a new primary to shard 1: pods is forbidden"
+        "shard 1, JoinPrimary: join a new primary to shard 1: pods is forbidden"
     );
     let progressing = condition(&status, ConditionType::Progressing);
     assert_eq!(
         progressing.message,
-        "shard 1: join a new primary to shard 1"
+        "shard 1, JoinPrimary: join a new primary to shard 1"
     );
 }
 
@@ -225,12 +228,66 @@ fn progress_counts_up_to_date_shards_and_outdated_nodes() {
     assert_eq!(progress.shards_up_to_date, 1);
     assert_eq!(progress.outdated_nodes, 1);
     assert!(!progress.in_progress);
-    assert_eq!(progress.stalled, None);
+    assert_eq!(progress.words.step, "Converged");
     let stalled = Step::Stalled {
         reason: StallReason::NoPrimary { shard: 1 },
     };
     let progress = super::progress(&desired("r2"), &observed, &stalled);
-    assert_eq!(progress.stalled, Some("no_primary"));
+    assert_eq!(
+        progress.words.to_string(),
+        "shard 1, Stalled (NoPrimary)",
+        "the words of the Progressing and Degraded messages"
+    );
+}
+
+#[test]
+fn progress_counts_shards_short_of_in_sync_replicas_and_each_replicas_lag() {
+    let mut replica = node("c-0-r", 0, "r2", (0, 0));
+    replica.slots.clear();
+    replica.role = Role::Replica;
+    replica.sync = Some(ReplicaSync {
+        link_up: true,
+        sync_in_progress: false,
+        offset: 900,
+        primary_offset: 1000,
+        known_to_primaries: true,
+    });
+    let mut syncing = replica.clone();
+    syncing.name = "c-1-r".into();
+    syncing.shard = 1;
+    syncing.sync = syncing.sync.map(|s| ReplicaSync {
+        sync_in_progress: true,
+        ..s
+    });
+    let observed = [
+        node("c-0", 0, "r2", (0, 8191)),
+        replica,
+        node("c-1", 1, "r2", (8192, 16383)),
+        syncing,
+    ];
+    let one_replica = DesiredShape {
+        replicas_per_shard: 1,
+        ..desired("r2")
+    };
+    let progress = progress(&one_replica, &observed, &Step::Converged);
+    assert_eq!(
+        progress.shards_below_replica_target, 1,
+        "shard 1's replica is still syncing"
+    );
+    let lags: Vec<(&str, Option<u64>)> = progress
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.lag_bytes))
+        .collect();
+    assert_eq!(
+        lags,
+        [
+            ("c-0", None),
+            ("c-0-r", Some(100)),
+            ("c-1", None),
+            ("c-1-r", Some(100))
+        ]
+    );
 }
 
 #[test]

@@ -22,6 +22,8 @@ pub struct StepInputs<'a> {
 pub enum Outcome {
     /// A join created this node.
     Created { node: String },
+    /// Slots moved; the target gained `keys` keys meanwhile, if both counts could be read.
+    Migrated { keys: Option<u64> },
     /// The step was carried out (or needed nothing: wait, stall, converged).
     Done,
 }
@@ -60,12 +62,18 @@ pub async fn perform<H: NodeHost>(
         Step::MigrateSlots {
             from, to, slots, ..
         } => {
-            let target = client(host, to, inputs).await?.my_id().await?;
+            let target = client(host, to, inputs).await?;
+            let target_id = target.my_id().await?;
+            // Only a figure for the metrics: a failed read of it never fails the migration.
+            let before = target.key_count().await.ok();
             client(host, from, inputs)
                 .await?
-                .migrate_slots(&target, slots, timeouts.migration)
+                .migrate_slots(&target_id, slots, timeouts.migration)
                 .await?;
-            Ok(Outcome::Done)
+            let after = target.key_count().await.ok();
+            Ok(Outcome::Migrated {
+                keys: after.zip(before).map(|(a, b)| a.saturating_sub(b)),
+            })
         }
         Step::RetireNode { node, .. } => retire(host, node, inputs).await,
         Step::Wait { .. } | Step::Stalled { .. } | Step::Converged => Ok(Outcome::Done),

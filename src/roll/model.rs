@@ -273,7 +273,79 @@ pub enum Step {
     Converged,
 }
 
+/// The words a step goes by wherever a person or a dashboard meets it: the start of the
+/// `Progressing` condition's message, of a roll event's note, and the labels of the
+/// `cluster_roll_step` metric. One source, so the three never disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepWords {
+    /// The shard the step acts on, if it acts on one.
+    pub shard: Option<u32>,
+    /// The step's name: a [`Step`] variant's name (`Failover`, `JoinReplica`, `Wait`, ...).
+    pub step: &'static str,
+    /// Why it waits or is stalled: a [`WaitReason::kind`] or [`StallReason::kind`].
+    pub reason: Option<&'static str>,
+}
+
+impl fmt::Display for StepWords {
+    /// `shard 1, Failover`, `shard 0, Wait (Joining)`, `Converged`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(shard) = self.shard {
+            write!(f, "shard {shard}, ")?;
+        }
+        f.write_str(self.step)?;
+        match self.reason {
+            Some(reason) => write!(f, " ({reason})"),
+            None => Ok(()),
+        }
+    }
+}
+
 impl Step {
+    /// The step's [`StepWords`].
+    pub fn words(&self) -> StepWords {
+        let (shard, reason) = match self {
+            Step::Wait { reason } => (reason.shard(), Some(reason.kind())),
+            Step::Stalled { reason } => (Some(reason.shard()), Some(reason.kind())),
+            step => (step.shard(), None),
+        };
+        StepWords {
+            shard,
+            step: self.name(),
+            reason,
+        }
+    }
+
+    /// What a person reads of the step: its words, then the sentence
+    /// (`shard 1, Failover: fail over shard 1 from c-1-a to c-1-b`; for a wait or a stall the
+    /// sentence is the reason's, as the words already say which it is).
+    pub fn headline(&self) -> String {
+        let words = self.words();
+        match self {
+            Step::Wait { reason } => format!("{words}: {reason}"),
+            Step::Stalled { reason } => format!("{words}: {reason}"),
+            Step::Converged => words.to_string(),
+            step => format!("{words}: {step}"),
+        }
+    }
+
+    /// The variant's name.
+    fn name(&self) -> &'static str {
+        match self {
+            Step::JoinPrimary { .. } => "JoinPrimary",
+            Step::JoinReplica { .. } => "JoinReplica",
+            Step::Activate { .. } => "Activate",
+            Step::AssignSlots { .. } => "AssignSlots",
+            Step::Failover { .. } => "Failover",
+            Step::HandOver { .. } => "HandOver",
+            Step::TakeOver { .. } => "TakeOver",
+            Step::MigrateSlots { .. } => "MigrateSlots",
+            Step::RetireNode { .. } => "RetireNode",
+            Step::Wait { .. } => "Wait",
+            Step::Stalled { .. } => "Stalled",
+            Step::Converged => "Converged",
+        }
+    }
+
     /// The shard the step acts on, when it acts on one.
     pub fn shard(&self) -> Option<u32> {
         match self {
@@ -343,5 +415,44 @@ impl fmt::Display for Step {
             Step::Stalled { reason } => write!(f, "stalled: {reason}"),
             Step::Converged => write!(f, "converged"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::roll::JoinBlocker;
+
+    #[test]
+    fn a_steps_words_lead_its_headline_and_name_the_shard_a_wait_or_stall_is_about() {
+        let failover = Step::Failover {
+            shard: 1,
+            from: "c-1-a".into(),
+            to: "c-1-b".into(),
+        };
+        assert_eq!(
+            failover.headline(),
+            "shard 1, Failover: fail over shard 1 from c-1-a to c-1-b"
+        );
+        let wait = Step::Wait {
+            reason: WaitReason::Joining {
+                node: "c-0-n".into(),
+                shard: 0,
+                blocker: JoinBlocker::FullSync,
+            },
+        };
+        assert_eq!(
+            wait.words(),
+            StepWords {
+                shard: Some(0),
+                step: "Wait",
+                reason: Some("Joining"),
+            }
+        );
+        assert_eq!(
+            wait.headline(),
+            "shard 0, Wait (Joining): c-0-n is joining shard 0: full sync in progress"
+        );
+        assert_eq!(Step::Converged.headline(), "Converged");
     }
 }

@@ -3,7 +3,8 @@
 //! carrying the nodes, shards and numbers involved.
 //!
 //! `Display` renders the sentence shown to people (status conditions, events, logs); `kind` is a
-//! short, bounded name for the cause, fit for a metric label or a test's match.
+//! short, bounded name for the cause, fit for a metric label or a test's match. It is part of
+//! [`super::StepWords`], the words a step goes by everywhere.
 
 use std::fmt;
 
@@ -92,14 +93,24 @@ pub enum WaitReason {
 }
 
 impl WaitReason {
+    /// The shard it is about, if it is about one.
+    pub fn shard(&self) -> Option<u32> {
+        match self {
+            WaitReason::Joining { shard, .. }
+            | WaitReason::ValkeyFailover { shard, .. }
+            | WaitReason::FailoverTargetSyncing { shard, .. } => Some(*shard),
+            WaitReason::SlotMigration { .. } | WaitReason::ClusterNotOk { .. } => None,
+        }
+    }
+
     /// A short, bounded name for the cause (a metric label).
     pub fn kind(&self) -> &'static str {
         match self {
-            WaitReason::Joining { .. } => "joining",
-            WaitReason::ValkeyFailover { .. } => "valkey_failover",
-            WaitReason::SlotMigration { .. } => "slot_migration",
-            WaitReason::ClusterNotOk { .. } => "cluster_not_ok",
-            WaitReason::FailoverTargetSyncing { .. } => "failover_target_syncing",
+            WaitReason::Joining { .. } => "Joining",
+            WaitReason::ValkeyFailover { .. } => "ValkeyFailover",
+            WaitReason::SlotMigration { .. } => "SlotMigration",
+            WaitReason::ClusterNotOk { .. } => "ClusterNotOk",
+            WaitReason::FailoverTargetSyncing { .. } => "FailoverTargetSyncing",
         }
     }
 }
@@ -177,17 +188,31 @@ pub enum StallReason {
 }
 
 impl StallReason {
+    /// The shard it is about (the shard slots would move to, for a migration).
+    pub fn shard(&self) -> u32 {
+        match self {
+            StallReason::FailoverIncomplete { shard, .. }
+            | StallReason::JoinOverdue { shard, .. }
+            | StallReason::DeadPrimaryWithoutReplica { shard, .. }
+            | StallReason::UnownedSlotsWithoutPrimary { shard }
+            | StallReason::NoPrimary { shard }
+            | StallReason::TwoPrimaries { shard, .. }
+            | StallReason::AlreadyFailedOver { shard } => *shard,
+            StallReason::MigrationWithoutPrimaries { to_shard, .. } => *to_shard,
+        }
+    }
+
     /// A short, bounded name for the cause (a metric label).
     pub fn kind(&self) -> &'static str {
         match self {
-            StallReason::FailoverIncomplete { .. } => "failover_incomplete",
-            StallReason::JoinOverdue { .. } => "join_overdue",
-            StallReason::DeadPrimaryWithoutReplica { .. } => "dead_primary_without_replica",
-            StallReason::UnownedSlotsWithoutPrimary { .. } => "unowned_slots_without_primary",
-            StallReason::NoPrimary { .. } => "no_primary",
-            StallReason::TwoPrimaries { .. } => "two_primaries",
-            StallReason::AlreadyFailedOver { .. } => "already_failed_over",
-            StallReason::MigrationWithoutPrimaries { .. } => "migration_without_primaries",
+            StallReason::FailoverIncomplete { .. } => "FailoverIncomplete",
+            StallReason::JoinOverdue { .. } => "JoinOverdue",
+            StallReason::DeadPrimaryWithoutReplica { .. } => "DeadPrimaryWithoutReplica",
+            StallReason::UnownedSlotsWithoutPrimary { .. } => "UnownedSlotsWithoutPrimary",
+            StallReason::NoPrimary { .. } => "NoPrimary",
+            StallReason::TwoPrimaries { .. } => "TwoPrimaries",
+            StallReason::AlreadyFailedOver { .. } => "AlreadyFailedOver",
+            StallReason::MigrationWithoutPrimaries { .. } => "MigrationWithoutPrimaries",
         }
     }
 }

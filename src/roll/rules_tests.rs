@@ -113,7 +113,7 @@ fn a_join_waits_until_ready_and_stalls_once_overdue() {
             blocker: JoinBlocker::FullSync,
         }
     );
-    assert_eq!(reason.kind(), "join_overdue");
+    assert_eq!(reason.kind(), "JoinOverdue");
 }
 
 #[test]
@@ -198,7 +198,7 @@ fn a_failover_that_never_took_effect_is_retried_then_stalls_until_a_person_allow
             attempts: MAX_FAILOVER_ATTEMPTS,
         }
     );
-    assert_eq!(reason.kind(), "failover_incomplete");
+    assert_eq!(reason.kind(), "FailoverIncomplete");
 
     assert_eq!(memory.allow_more_attempts(), [0]);
     assert_eq!(plan(&desired, &nodes, &memory), retry);
@@ -324,7 +324,7 @@ fn two_primaries_in_a_shard_stall() {
             second: "p1".into(),
         }
     );
-    assert_eq!(reason.kind(), "two_primaries");
+    assert_eq!(reason.kind(), "TwoPrimaries");
 }
 
 #[test]

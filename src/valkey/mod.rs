@@ -322,6 +322,12 @@ impl NodeClient {
         ServerInfo::parse(&text).ok_or_else(|| self.bad_reply("INFO server", text))
     }
 
+    /// How many keys the node holds (`INFO keyspace`; the operator's user may not run DBSIZE).
+    pub async fn key_count(&self) -> Result<u64> {
+        let text = self.info("keyspace").await?;
+        parse::keyspace_keys(&text).ok_or_else(|| self.bad_reply("INFO keyspace", text))
+    }
+
     pub async fn replication_info(&self) -> Result<ReplicationInfo> {
         let text = self.info("replication").await?;
         ReplicationInfo::parse(&text).ok_or_else(|| self.bad_reply("INFO replication", text))

@@ -15,6 +15,21 @@ pub fn info_fields(text: &str) -> HashMap<&str, &str> {
         .collect()
 }
 
+/// `INFO keyspace`: the keys of every database together (`db0:keys=1502,expires=0,...`); an
+/// empty node lists no database, which is 0 keys.
+pub fn keyspace_keys(text: &str) -> Option<u64> {
+    info_fields(text)
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("db"))
+        .map(|(_, fields)| {
+            fields
+                .split(',')
+                .find_map(|field| field.strip_prefix("keys="))
+                .and_then(|keys| keys.parse::<u64>().ok())
+        })
+        .sum()
+}
+
 /// `INFO server`: which engine runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerInfo {
@@ -302,6 +317,14 @@ fn integer<T: TryFrom<i64>>(value: &Value) -> Option<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keyspace_keys_add_up_every_database_and_an_empty_node_has_none() {
+        let text = "# Keyspace\r\ndb0:keys=1502,expires=0,avg_ttl=0,keys_with_volatile_items=0\r\ndb1:keys=3,expires=1\r\n";
+        assert_eq!(keyspace_keys(text), Some(1505));
+        assert_eq!(keyspace_keys("# Keyspace\r\n"), Some(0));
+        assert_eq!(keyspace_keys("db0:keys=x"), None);
+    }
 
     #[test]
     fn cluster_nodes_lines() {
