@@ -8,11 +8,13 @@
 //!   what the samples show, and the roller the roll tests drive;
 //! - [`eventually`]: waiting for a condition (from testenv, which needs it too);
 //! - [`metric`]: one value from the operator's `/metrics` text;
+//! - [`prometheus`]: a real Prometheus scraping the operator, queried with PromQL, and promtool;
 //! - [`signal`]: a signal to a local process (a Pod's server, the API server), for faults.
 
 pub mod https;
 pub mod k8s;
 pub mod metrics;
+pub mod prometheus;
 pub mod valkey;
 
 use std::path::PathBuf;
