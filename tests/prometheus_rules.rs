@@ -48,7 +48,7 @@ fn alert_names() -> Vec<String> {
         .iter()
         .map(|rule| rule["alert"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(names.len(), 6, "{names:?}");
+    assert_eq!(names.len(), 7, "{names:?}");
     names
 }
 
@@ -96,7 +96,7 @@ fn the_chart_ships_the_rules_and_dashboard_promtool_and_helm_accept() {
     .unwrap();
     let (ok, output) = promtool(dir.path(), &["check", "rules", "rendered.yaml"]);
     assert!(
-        ok && output.contains("SUCCESS: 6 rules found"),
+        ok && output.contains("SUCCESS: 7 rules found"),
         "promtool check rules:\n{output}"
     );
 

@@ -339,7 +339,8 @@ pub async fn reload_certificates(
     observed: &[ObservedNode],
     version: &str,
     reach: &Reach,
-) {
+) -> Reloads {
+    let mut reloads = Reloads::default();
     applied.keep_only(cluster, members);
     let settled = versions.settled(cluster, version);
     let digest = text_digest(version);
@@ -356,11 +357,25 @@ pub async fn reload_certificates(
             Err(error) => Err(error),
         };
         match reloaded {
-            Ok(()) if settled => applied.record(cluster, node, address, digest, Vec::new()),
-            Ok(()) => {}
-            Err(error) => tracing::warn!(%node, %error, "could not reload the TLS certificate"),
+            Ok(()) if settled => {
+                reloads.ok += 1;
+                applied.record(cluster, node, address, digest, Vec::new())
+            }
+            Ok(()) => reloads.ok += 1,
+            Err(error) => {
+                reloads.failed += 1;
+                tracing::warn!(%node, %error, "could not reload the TLS certificate")
+            }
         }
     }
+    reloads
+}
+
+/// How many nodes reloaded their certificate in one pass, and how many could not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reloads {
+    pub ok: u64,
+    pub failed: u64,
 }
 
 fn text_digest(text: &str) -> u64 {

@@ -235,7 +235,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         }
     }
     if let Some(version) = &certificate {
-        live::reload_certificates(
+        let reloads = live::reload_certificates(
             &ctx.applied_tls,
             &ctx.certificate_versions,
             &cluster_key(cluster),
@@ -245,6 +245,9 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
             &reach,
         )
         .await;
+        let name = cluster.name_any();
+        ctx.metrics
+            .node_certificate_reloads(&namespace, &name, reloads.ok, reloads.failed);
     }
     let acl = acl_applied(&unbuilt, &applied.refusals);
     if newly_failing(&stored.status.conditions, &acl) {
@@ -428,6 +431,9 @@ async fn write_degraded(
     reason: Reason,
     message: String,
 ) -> Result<(), Error> {
+    // Nothing was observed or planned: the last pass's step, stall and node series would lie.
+    let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
+    ctx.metrics.roll_unknown(&namespace, &cluster.name_any());
     let mut status = stored.clone();
     let now = Time(Timestamp::now());
     set_condition(

@@ -392,13 +392,21 @@ pub fn progress(desired: &DesiredShape, observed: &[ObservedNode], step: &Step) 
                 name: o.name.clone(),
                 shard: o.shard,
                 role: o.role,
+                // Only against a primary that answered: an unread primary offset is 0, which
+                // would read as "caught up" exactly when the primary is gone.
                 lag_bytes: o
                     .sync
-                    .filter(|_| o.role == Role::Replica)
+                    .filter(|_| o.role == Role::Replica && has_live_primary(observed, o.shard))
                     .map(|s| s.primary_offset.saturating_sub(s.offset)),
             })
             .collect(),
     }
+}
+
+fn has_live_primary(observed: &[ObservedNode], shard: u32) -> bool {
+    observed
+        .iter()
+        .any(|o| o.shard == shard && o.reachable && o.role == Role::Primary)
 }
 
 /// Active replicas of `shard` whose link to their primary is up and not in a full sync.

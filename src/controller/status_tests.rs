@@ -259,7 +259,7 @@ fn progress_counts_shards_short_of_in_sync_replicas_and_each_replicas_lag() {
         sync_in_progress: true,
         ..s
     });
-    let observed = [
+    let mut observed = [
         node("c-0", 0, "r2", (0, 8191)),
         replica,
         node("c-1", 1, "r2", (8192, 16383)),
@@ -288,6 +288,15 @@ fn progress_counts_shards_short_of_in_sync_replicas_and_each_replicas_lag() {
             ("c-1-r", Some(100))
         ]
     );
+    // Its primary gone, a replica's lag is unknown, not 0.
+    observed[2].reachable = false;
+    let progress = super::progress(&one_replica, &observed, &Step::Converged);
+    let lag = progress
+        .nodes
+        .iter()
+        .find(|n| n.name == "c-1-r")
+        .map(|n| n.lag_bytes);
+    assert_eq!(lag, Some(None));
 }
 
 #[test]

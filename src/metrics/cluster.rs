@@ -70,6 +70,7 @@ pub(super) struct ClusterMetrics {
     below_replica_target: IntGaugeVec,
     failovers: IntCounterVec,
     slot_migrations: IntCounterVec,
+    certificate_reloads: IntCounterVec,
     failover_duration: HistogramVec,
     shard_roll_duration: HistogramVec,
     replica_join_duration: HistogramVec,
@@ -117,6 +118,12 @@ impl ClusterMetrics {
                 "Atomic slot migrations, by cluster and result.",
                 &WITH_RESULT,
             )?,
+            certificate_reloads: add.counter(
+                "node_certificate_reloads_total",
+                "Nodes of a TLS cluster told to reload their certificate after its Secret \
+                 changed (CONFIG SET tls-cert-file), by result (completed, failed).",
+                &WITH_RESULT,
+            )?,
             failover_duration: add.histogram(
                 "failover_duration_seconds",
                 "From CLUSTER FAILOVER to the roles having changed (the clients' write pause is \
@@ -139,14 +146,15 @@ impl ClusterMetrics {
             )?,
             migration_duration: add.histogram(
                 "slot_migration_duration_seconds",
-                "One atomic slot migration, from CLUSTER MIGRATESLOTS to its job's end.",
+                "One slot-migration step: CLUSTER MIGRATESLOTS until its job ends, with the \
+                 target's key counts read before and after.",
                 &MIGRATION_BUCKETS,
                 &WITH_RESULT,
             )?,
             migration_keys: add.histogram(
                 "slot_migration_keys",
-                "Keys the target primary gained during one completed slot migration (its DBSIZE \
-                 after less before: writes to its own slots meanwhile count too).",
+                "Keys the target primary gained during one completed slot migration (its INFO \
+                 keyspace count after less before: writes to its own slots meanwhile count too).",
                 &KEYS_BUCKETS,
                 &PER_CLUSTER,
             )?,
@@ -210,6 +218,17 @@ impl ClusterMetrics {
             .replace(id, node_rows(id, &progress.nodes, false));
     }
 
+    pub(super) fn roll_unknown(&self, id: &ClusterId) {
+        for replaced in [
+            &self.roll_step,
+            &self.roll_stalled,
+            &self.node_role,
+            &self.node_lag,
+        ] {
+            replaced.replace(id, Vec::new());
+        }
+    }
+
     /// The cluster's Degraded condition as just written: its reason while it is True.
     pub(super) fn degraded(&self, id: &ClusterId, reason: Option<&str>) {
         let row = reason.map(|reason| (id.with(&[reason]), 1));
@@ -241,6 +260,16 @@ impl ClusterMetrics {
             self.migration_keys
                 .with_label_values(&id.labels())
                 .observe(keys as f64);
+        }
+    }
+
+    pub(super) fn certificate_reloads(&self, id: &ClusterId, ok: u64, failed: u64) {
+        for (outcome, count) in [(true, ok), (false, failed)] {
+            let labels = id.with(&[result(outcome)]);
+            // Both results exist once a reload was tried, so the first failure is an increase.
+            self.certificate_reloads
+                .with_label_values(&labels)
+                .inc_by(count);
         }
     }
 
@@ -277,6 +306,7 @@ impl ClusterMetrics {
         for outcome in RESULTS {
             let with_result = id.with(&[outcome]);
             let _ = self.slot_migrations.remove_label_values(&with_result);
+            let _ = self.certificate_reloads.remove_label_values(&with_result);
             let _ = self.failover_duration.remove_label_values(&with_result);
             let _ = self.migration_duration.remove_label_values(&with_result);
         }
@@ -298,6 +328,7 @@ impl ClusterMetrics {
         }
         self.failovers.reset();
         self.slot_migrations.reset();
+        self.certificate_reloads.reset();
         for histogram in [
             &self.failover_duration,
             &self.shard_roll_duration,

@@ -162,6 +162,12 @@ impl Metrics {
         self.clusters.progress(&id(namespace, cluster), progress);
     }
 
+    /// A pass that stopped before observing the cluster: its step, stall and node series go
+    /// (the progress gauges keep their last values).
+    pub fn roll_unknown(&self, namespace: &str, cluster: &str) {
+        self.clusters.roll_unknown(&id(namespace, cluster));
+    }
+
     /// The Degraded condition just written for a cluster: its reason while it is True.
     pub fn degraded(&self, namespace: &str, cluster: &str, reason: Option<&str>) {
         self.clusters.degraded(&id(namespace, cluster), reason);
@@ -187,6 +193,12 @@ impl Metrics {
     ) {
         self.clusters
             .slot_migration(&id(namespace, cluster), ok, keys, took);
+    }
+
+    /// Nodes of a TLS cluster that reloaded their certificate in a pass, and that could not.
+    pub fn node_certificate_reloads(&self, namespace: &str, cluster: &str, ok: u64, failed: u64) {
+        self.clusters
+            .certificate_reloads(&id(namespace, cluster), ok, failed);
     }
 
     /// A shard finished rolling, or a replica joined.
@@ -363,6 +375,7 @@ mod tests {
         metrics.timed("ns", "c", Timed::ShardRoll, Duration::from_secs(1));
         metrics.timed("ns", "c", Timed::ReplicaJoin, Duration::from_secs(1));
         metrics.reconciled(Instant::now(), Some("kubernetes"));
+        metrics.node_certificate_reloads("ns", "c", 1, 1);
         let registered: BTreeSet<String> = metrics
             .registry
             .gather()

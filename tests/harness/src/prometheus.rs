@@ -208,21 +208,25 @@ impl Prometheus {
             .collect()
     }
 
-    /// Alerts in the firing or pending state, by name.
-    pub async fn alerts(&self) -> Vec<(String, String)> {
-        let url = format!("{}/api/v1/alerts", self.url);
+    /// Every loaded rule: its name, health (`ok`, `err`, `unknown`) and last error.
+    pub async fn rules(&self) -> Vec<(String, String, String)> {
+        let url = format!("{}/api/v1/rules", self.url);
         let Ok(response) = self.client.get(url).send().await else {
             return Vec::new();
         };
         let body: Value = response.json().await.unwrap_or_default();
-        body["data"]["alerts"]
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+        body["data"]["groups"]
             .as_array()
             .into_iter()
             .flatten()
-            .map(|a| {
-                let name = a["labels"]["alertname"].as_str().unwrap_or_default();
-                let state = a["state"].as_str().unwrap_or_default();
-                (name.to_owned(), state.to_owned())
+            .flat_map(|group| group["rules"].as_array().cloned().unwrap_or_default())
+            .map(|rule| {
+                (
+                    text(&rule["name"]),
+                    text(&rule["health"]),
+                    text(&rule["lastError"]),
+                )
             })
             .collect()
     }
