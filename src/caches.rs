@@ -96,6 +96,8 @@ impl Indexed for ValkeyImage {
 impl Indexed for ValkeyConfig {
     fn apply(&self, fleet: &mut Fleet) {
         fleet.upsert_config(&self.name_any(), self.spec.clone());
+        let paused = self.annotations().get(crate::rollout::PAUSE_ANNOTATION);
+        fleet.set_paused(&self.name_any(), paused.is_some_and(|v| v == "true"));
     }
     fn remove(&self, fleet: &mut Fleet) {
         fleet.remove_config(&self.name_any());
@@ -135,6 +137,11 @@ impl Indexed for ValkeyCluster {
     fn apply(&self, fleet: &mut Fleet) {
         let key = cluster_key(self);
         fleet.upsert_cluster(key.clone(), &self.spec.config_ref);
+        let wave = self.annotations().get(crate::rollout::WAVE_ANNOTATION);
+        fleet.set_cluster_wave(
+            &key,
+            crate::rollout::Wave::from_annotation(wave.map(String::as_str)),
+        );
         let roles: BTreeSet<String> = self
             .spec
             .acl

@@ -47,6 +47,10 @@ pub struct Fleet {
     /// Secrets (of the cluster's own namespace) a cluster's users name, and back.
     cluster_secrets: HashMap<ClusterKey, BTreeSet<String>>,
     clusters_by_secret: HashMap<ClusterKey, BTreeSet<ClusterKey>>,
+    /// Configs whose rollouts a person paused ([`crate::rollout::PAUSE_ANNOTATION`]).
+    paused_configs: BTreeSet<String>,
+    /// Each cluster's rollout wave ([`crate::rollout::WAVE_ANNOTATION`]), for admission's words.
+    cluster_waves: HashMap<ClusterKey, crate::rollout::Wave>,
 }
 
 fn unlink<K: Ord>(map: &mut HashMap<String, BTreeSet<K>>, key: &str, member: &K) {
@@ -84,7 +88,31 @@ impl Fleet {
         self.configs.insert(name.to_string(), spec);
     }
 
+    /// Whether a config's rollouts are paused (kept apart from its spec: it is an annotation).
+    pub fn set_paused(&mut self, name: &str, paused: bool) {
+        if paused {
+            self.paused_configs.insert(name.to_owned());
+        } else {
+            self.paused_configs.remove(name);
+        }
+    }
+
+    pub fn is_paused(&self, name: &str) -> bool {
+        self.paused_configs.contains(name)
+    }
+
+    /// Every config's name.
+    pub fn config_names(&self) -> impl Iterator<Item = &String> {
+        self.configs.keys()
+    }
+
+    /// Every image's name.
+    pub fn image_names(&self) -> impl Iterator<Item = &String> {
+        self.images.keys()
+    }
+
     pub fn remove_config(&mut self, name: &str) {
+        self.paused_configs.remove(name);
         let Some(old) = self.configs.remove(name) else {
             return;
         };
@@ -106,7 +134,20 @@ impl Fleet {
         self.cluster_config.insert(key, config_ref.to_string());
     }
 
+    pub fn set_cluster_wave(&mut self, key: &ClusterKey, wave: crate::rollout::Wave) {
+        self.cluster_waves.insert(key.clone(), wave);
+    }
+
+    /// A cluster's rollout wave (the last wave if it has none, or is unknown).
+    pub fn cluster_wave(&self, key: &ClusterKey) -> crate::rollout::Wave {
+        self.cluster_waves
+            .get(key)
+            .copied()
+            .unwrap_or(crate::rollout::Wave::Last)
+    }
+
     pub fn remove_cluster(&mut self, key: &ClusterKey) {
+        self.cluster_waves.remove(key);
         if let Some(old) = self.cluster_config.remove(key) {
             unlink(&mut self.clusters_by_config, &old, key);
         }

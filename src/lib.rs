@@ -14,6 +14,7 @@ pub mod fleet;
 pub mod metrics;
 pub mod resolve;
 pub mod roll;
+pub mod rollout;
 pub mod server;
 pub mod setting_impact;
 pub mod settings;

@@ -205,6 +205,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            rollout: None,
         }
     }
 

@@ -1324,13 +1324,16 @@ fn config_spec_strategy() -> impl Strategy<Value = ValkeyConfigSpec> {
         prop::option::of(name()),
         prop::option::of(resources),
         prop::collection::btree_map(setting, odd_string(), 0..6),
+        prop::option::of(prop::option::of(any::<u32>())),
     )
         .prop_map(
-            |(image_ref, base_ref, resources, valkey)| ValkeyConfigSpec {
+            |(image_ref, base_ref, resources, valkey, rollout)| ValkeyConfigSpec {
                 image_ref,
                 base_ref,
                 resources,
                 valkey,
+                rollout: rollout
+                    .map(|max_concurrent| valkey_operator::api::RolloutPolicy { max_concurrent }),
             },
         )
 }

@@ -18,8 +18,15 @@ use serde::{Deserialize, Serialize};
     shortname = "vkcfg",
     category = "valkey",
     doc = "A named Valkey configuration profile: image, resources and settings, optionally inheriting from another config.",
+    status = "FleetStatus",
     printcolumn(name = "Image", type_ = "string", json_path = ".spec.imageRef"),
     printcolumn(name = "Base", type_ = "string", json_path = ".spec.baseRef"),
+    printcolumn(name = "Clusters", type_ = "integer", json_path = ".status.clusters"),
+    printcolumn(name = "Up-to-date", type_ = "integer", json_path = ".status.upToDate"),
+    printcolumn(name = "Rolling", type_ = "integer", json_path = ".status.rolling"),
+    printcolumn(name = "Queued", type_ = "integer", json_path = ".status.queued"),
+    printcolumn(name = "Stalled", type_ = "integer", json_path = ".status.stalled"),
+    printcolumn(name = "Rollout", type_ = "string", json_path = ".status.rollout"),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -43,6 +50,43 @@ pub struct ValkeyConfigSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 256))]
     pub valkey: BTreeMap<String, String>,
+    /// How a change rolls the clusters resolving through this config (directly or through
+    /// `baseRef`) that have no nearer config with a policy of its own. Unset: all at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutPolicy>,
+}
+
+/// A fleet rollout policy. Clusters are ordered into waves by their
+/// `valkey.gomomento.com/rollout-wave` annotation (an integer, lowest first; clusters without
+/// it go last); a wave starts once every earlier one is up to date, and a stall on the new
+/// revision halts the rollout until it is fixed.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutPolicy {
+    /// At most this many clusters of the rollout rolling at once. Unset: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_concurrent: Option<u32>,
+}
+
+/// How far a change has got across the clusters that resolve through a config (or run an
+/// image): written by the operator.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetStatus {
+    /// Clusters resolving through it.
+    pub clusters: u32,
+    /// Of those, how many run their desired revision on every node.
+    pub up_to_date: u32,
+    /// Rolling now.
+    pub rolling: u32,
+    /// Outdated and waiting for their turn (a cap, a wave, a pause, a halt).
+    pub queued: u32,
+    /// Stalled (which halts a rollout with a policy).
+    pub stalled: u32,
+    /// `Complete`, `Rolling`, `Paused` or `Halted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<String>,
 }
 
 /// Resources of one Valkey node; each field overrides the base config's independently.

@@ -31,6 +31,8 @@ pub struct Context {
     pub known_credentials: super::credentials::Known,
     /// When each cluster's rolling shards and joining replicas started, for the histograms.
     pub stopwatches: super::stopwatch::Stopwatches,
+    /// Every cluster's standing in its fleet rollout (see [`super::rollouts`]).
+    pub rollouts: Arc<super::rollouts::Rollouts>,
     /// The election's word, checked before acting (see [`super::leader::Leadership`]).
     pub leadership: tokio::sync::watch::Receiver<super::leader::Leadership>,
 }

@@ -24,6 +24,7 @@ pub mod membership;
 pub mod observe;
 pub mod reconcile;
 pub mod render;
+pub mod rollouts;
 pub mod secrets;
 pub mod status;
 pub mod stopwatch;
@@ -128,6 +129,7 @@ pub async fn run(
         certificate_versions: Default::default(),
         known_credentials: Default::default(),
         stopwatches: Default::default(),
+        rollouts: Default::default(),
         leadership: leading.clone(),
     });
     loop {
@@ -140,6 +142,7 @@ pub async fn run(
         context.applied_tls.clear();
         context.known_credentials.clear();
         context.stopwatches.clear();
+        context.rollouts.clear();
         context.metrics.leading(true);
         let mut lost = leading.clone();
         let lost = async move {
@@ -183,8 +186,15 @@ pub async fn run(
         .for_each(|_| async {});
         // Losing the Lease drops the controller and with it every reconcile in flight (a slot
         // migration's wait, a pass acting on old observations), not only the ones to come.
+        let fleet_status = rollouts::write_fleet_status(
+            client.clone(),
+            fleet.clone(),
+            context.rollouts.clone(),
+            context.recorder.clone(),
+        );
         tokio::select! {
             () = controller => {}
+            () = fleet_status => {}
             () = lost => tracing::warn!("lost the lease: reconciles in flight cancelled"),
         }
         context.metrics.leading(false);

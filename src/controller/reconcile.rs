@@ -37,7 +37,7 @@ use super::status::{
     ConditionType, PassReport, Reason, acl_applied, degraded, newly_failing, progress,
     set_condition, summarize,
 };
-use super::{act, credentials, live, membership, secrets};
+use super::{act, credentials, live, membership, rollouts, secrets};
 use crate::api::annotations::RETRY_FAILOVERS;
 use crate::api::bounds::{Problem, cluster_problems};
 use crate::api::{ValkeyCluster, ValkeyClusterStatus};
@@ -45,7 +45,7 @@ use crate::credentials::{DefaultUser, secret_name};
 use crate::execute::{self, NodeHost, StepInputs, observe::observe};
 use crate::fleet::ClusterKey;
 use crate::resolve::{self, EffectiveConfig};
-use crate::roll::{DesiredShape, RollMemory, Step, plan};
+use crate::roll::{DesiredShape, RollMemory, Step, WaitReason, plan};
 use crate::valkey::Reach;
 use crate::words::first_of;
 
@@ -173,7 +173,18 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     let desired = desired_shape(cluster, &render);
     let mut memory = memory_of(&stored.status);
     allow_more_failovers(ctx, cluster, &namespace, &mut host, &mut memory).await?;
-    let step = plan(&desired, &observed, &memory);
+    let step = {
+        let fleet = ctx.fleet.read().unwrap_or_else(|p| p.into_inner());
+        rollouts::gated(
+            &ctx.rollouts,
+            &fleet,
+            cluster,
+            &effective,
+            &observed,
+            &desired,
+            plan(&desired, &observed, &memory),
+        )
+    };
     ctx.metrics.roll_progress(
         &namespace,
         &cluster.name_any(),
@@ -396,6 +407,10 @@ fn requeue_after(step: &Step) -> Action {
     Action::requeue(match step {
         Step::Converged => Duration::from_secs(60),
         Step::Stalled { .. } => Duration::from_secs(5),
+        // Its place comes when another cluster moves on, which this pass does not see.
+        Step::Wait {
+            reason: WaitReason::Rollout(_),
+        } => Duration::from_secs(3),
         Step::Wait { .. } => Duration::from_secs(1),
         _ => Duration::from_millis(200),
     })
@@ -416,6 +431,7 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     publish(&ctx.recorder, cluster, &deleted).await;
     ctx.metrics.forget_cluster(&namespace, &cluster.name_any());
     ctx.stopwatches.forget(&cluster_key(cluster));
+    ctx.rollouts.forget(&cluster_key(cluster));
     ctx.applied_acl.forget(&cluster_key(cluster));
     ctx.applied_tls.forget(&cluster_key(cluster));
     ctx.certificate_versions.forget(&cluster_key(cluster));

@@ -90,6 +90,10 @@ pub enum WaitReason {
         shard: u32,
         node: String,
     },
+    /// The fleet rollout the cluster belongs to does not let it move on yet (a cap, a wave, a
+    /// pause or a halt): see [`crate::rollout`]. Not a planner's answer: the controller's gate
+    /// puts it in place of a roll step.
+    Rollout(crate::rollout::WaitFor),
 }
 
 impl WaitReason {
@@ -99,7 +103,9 @@ impl WaitReason {
             WaitReason::Joining { shard, .. }
             | WaitReason::ValkeyFailover { shard, .. }
             | WaitReason::FailoverTargetSyncing { shard, .. } => Some(*shard),
-            WaitReason::SlotMigration { .. } | WaitReason::ClusterNotOk { .. } => None,
+            WaitReason::SlotMigration { .. }
+            | WaitReason::ClusterNotOk { .. }
+            | WaitReason::Rollout(_) => None,
         }
     }
 
@@ -111,6 +117,7 @@ impl WaitReason {
             WaitReason::SlotMigration { .. } => "SlotMigration",
             WaitReason::ClusterNotOk { .. } => "ClusterNotOk",
             WaitReason::FailoverTargetSyncing { .. } => "FailoverTargetSyncing",
+            WaitReason::Rollout(why) => why.kind(),
         }
     }
 }
@@ -137,6 +144,7 @@ impl fmt::Display for WaitReason {
                 f,
                 "{node} must be synced before shard {shard} fails over to it"
             ),
+            WaitReason::Rollout(why) => write!(f, "{why}"),
         }
     }
 }

@@ -1,0 +1,321 @@
+//! Fleet rollouts a platform team can steer: whether a cluster may start rolling onto its new
+//! revision now, given its rollout group (the clusters that share the nearest config with a
+//! `spec.rollout` policy in their `baseRef` chains). No I/O: the controller reports each
+//! cluster's [`Standing`] after each pass and asks [`gate`] before a cluster starts.
+//!
+//! The rules, in the order [`gate`] checks them:
+//! 1. a cluster that has started on its revision goes on, unless the rollout is paused or halted
+//!    and no shard of it is mid-roll (it finishes the shard it is on, then waits);
+//! 2. a cluster none of whose configs is paused and that has no policy starts at once (the
+//!    guide's behaviour: everything together);
+//! 3. a paused rollout starts nobody (annotation [`PAUSE_ANNOTATION`] on any config of the
+//!    cluster's chain);
+//! 4. in a leader's first [`LEARNING`], a cluster whose group has members this leader has not
+//!    seen yet waits for their first pass (until then it cannot count them; after it, a member
+//!    that never reaches the gate, say one whose config does not resolve, holds nobody up);
+//! 5. a cluster whose group has a member stalled on the same target waits until nobody is
+//!    (halt on stall: a bad image reaches one wave at most);
+//! 6. a cluster whose group has a member of an earlier wave not yet up to date on the same
+//!    target waits for it;
+//! 7. a cluster whose group already has `maxConcurrent` members rolling on the same target
+//!    waits for one to finish;
+//! 8. otherwise it starts.
+//!
+//! Waves come from the annotation [`WAVE_ANNOTATION`] on the cluster (an integer, canaries
+//! lowest); a cluster without it is in the last wave, after every numbered one.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::fleet::ClusterKey;
+
+/// On a ValkeyConfig, `"true"` pauses every rollout through it: no cluster resolving through it
+/// starts rolling, and clusters rolling finish the shard they are on and wait.
+pub const PAUSE_ANNOTATION: &str = "valkey.gomomento.com/rollout-paused";
+/// On a ValkeyCluster, its wave in its group's rollout (`"0"` for canaries).
+pub const WAVE_ANNOTATION: &str = "valkey.gomomento.com/rollout-wave";
+
+/// A cluster's wave: a number, or the last wave (after every numbered one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Wave {
+    Numbered(u32),
+    Last,
+}
+
+impl Wave {
+    /// The wave an annotation value names; missing or not a number is the last wave.
+    pub fn from_annotation(value: Option<&str>) -> Self {
+        match value.and_then(|v| v.trim().parse().ok()) {
+            Some(number) => Wave::Numbered(number),
+            None => Wave::Last,
+        }
+    }
+}
+
+impl fmt::Display for Wave {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Wave::Numbered(number) => write!(f, "wave {number}"),
+            Wave::Last => f.write_str("the last wave"),
+        }
+    }
+}
+
+/// Where a cluster stands in its rollout, as its last pass saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Progress {
+    /// Every node runs the desired revision.
+    UpToDate,
+    /// Started: some node runs the desired revision, some do not yet.
+    Rolling,
+    /// Outdated and not started: the gate keeps it waiting.
+    Queued,
+    /// The planner stalled.
+    Stalled,
+}
+
+/// One cluster as the gate and the config status see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Standing {
+    /// The config whose policy governs it (its group), if any config in its chain has one.
+    pub group: Option<String>,
+    /// Its config chain, its own config first.
+    pub chain: Vec<String>,
+    /// The ValkeyImage it resolves to.
+    pub image: String,
+    pub wave: Wave,
+    /// What the rollout moves it onto: the config's share of its revision (image, version,
+    /// resources, start-only settings), the same for every cluster a change reaches whatever
+    /// its own placement. Members are compared by it, so a standing from before a change
+    /// (reported under the old target) never counts as done, rolling or stalled on the new one.
+    pub target: String,
+    pub progress: Progress,
+}
+
+/// A group's policy (`spec.rollout` of the group's config).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// At most this many clusters of the group rolling at once; `None`: no cap.
+    pub max_concurrent: Option<u32>,
+}
+
+/// What the gate needs to know of the cluster asking.
+#[derive(Clone, Debug)]
+pub struct Asking<'a> {
+    pub key: &'a ClusterKey,
+    pub standing: &'a Standing,
+    pub policy: Option<Policy>,
+    /// Some config of its chain carries [`PAUSE_ANNOTATION`].
+    pub paused: bool,
+    /// Some node already runs the desired revision.
+    pub started: bool,
+    /// Some shard has nodes on both revisions (it is between a replace and a retire).
+    pub mid_shard: bool,
+    /// Every cluster resolving through the group's config (the fleet index's answer).
+    pub members: &'a [ClusterKey],
+    /// This replica has led for less than [`LEARNING`].
+    pub learning: bool,
+}
+
+/// How long a new leader waits for every member of a group to report before it counts.
+pub const LEARNING: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The gate's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Go,
+    Wait(WaitFor),
+}
+
+/// Why a cluster may not start (or go on) rolling now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WaitFor {
+    Paused,
+    /// This leader has not yet seen `unseen` clusters of the group.
+    Learning {
+        unseen: usize,
+    },
+    /// `stalled` is stalled on the same target.
+    Halted {
+        stalled: ClusterKey,
+    },
+    /// `behind` of an earlier wave is not up to date yet.
+    EarlierWave {
+        wave: Wave,
+        behind: ClusterKey,
+    },
+    /// The group already has `rolling` clusters rolling, its cap.
+    Capped {
+        rolling: u32,
+    },
+}
+
+impl WaitFor {
+    /// A short, bounded name (a condition reason).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            WaitFor::Paused => "RolloutPaused",
+            WaitFor::Learning { .. } => "RolloutLearning",
+            WaitFor::Halted { .. } => "RolloutHalted",
+            WaitFor::EarlierWave { .. } => "WaitingForWave",
+            WaitFor::Capped { .. } => "RolloutCapped",
+        }
+    }
+}
+
+impl fmt::Display for WaitFor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WaitFor::Paused => write!(
+                f,
+                "the rollout is paused ({PAUSE_ANNOTATION} on a config it resolves through)"
+            ),
+            WaitFor::Learning { unseen } => write!(
+                f,
+                "the operator has not yet seen {unseen} clusters of the rollout since it started leading"
+            ),
+            WaitFor::Halted { stalled } => write!(
+                f,
+                "the rollout is halted: {stalled} stalled on the same change; fix it (or the \
+                 config) and the rollout resumes"
+            ),
+            WaitFor::EarlierWave { wave, behind } => {
+                write!(
+                    f,
+                    "waiting for {wave} to complete ({behind} is not up to date)"
+                )
+            }
+            WaitFor::Capped { rolling } => write!(
+                f,
+                "{rolling} clusters of the rollout are rolling, its maxConcurrent"
+            ),
+        }
+    }
+}
+
+/// Applies the module's rules to `asking` against its group's members (every cluster's
+/// standing; members of other groups are ignored).
+pub fn gate(asking: &Asking, fleet: &BTreeMap<ClusterKey, Standing>) -> Verdict {
+    let standing = asking.standing;
+    let group: Vec<(&ClusterKey, &Standing)> = fleet
+        .iter()
+        .filter(|(key, other)| *key != asking.key && other.group == standing.group)
+        .filter(|_| standing.group.is_some())
+        .collect();
+    let same_target = |other: &&(&ClusterKey, &Standing)| other.1.target == standing.target;
+    let halted = group
+        .iter()
+        .filter(same_target)
+        .find(|(_, other)| other.progress == Progress::Stalled);
+    if asking.started {
+        if asking.mid_shard {
+            return Verdict::Go;
+        }
+        if asking.paused {
+            return Verdict::Wait(WaitFor::Paused);
+        }
+        return match halted {
+            Some((stalled, _)) => Verdict::Wait(WaitFor::Halted {
+                stalled: (*stalled).clone(),
+            }),
+            None => Verdict::Go,
+        };
+    }
+    if asking.paused {
+        return Verdict::Wait(WaitFor::Paused);
+    }
+    let Some(policy) = asking.policy else {
+        return Verdict::Go;
+    };
+    let unseen = asking
+        .members
+        .iter()
+        .filter(|member| *member != asking.key && !fleet.contains_key(member))
+        .count();
+    if asking.learning && unseen > 0 {
+        return Verdict::Wait(WaitFor::Learning { unseen });
+    }
+    if let Some((stalled, _)) = halted {
+        return Verdict::Wait(WaitFor::Halted {
+            stalled: (*stalled).clone(),
+        });
+    }
+    let earlier = group
+        .iter()
+        .filter(|(_, other)| other.wave < standing.wave)
+        .find(|(_, other)| other.progress != Progress::UpToDate || other.target != standing.target);
+    if let Some((behind, other)) = earlier {
+        return Verdict::Wait(WaitFor::EarlierWave {
+            wave: other.wave,
+            behind: (*behind).clone(),
+        });
+    }
+    let rolling = group
+        .iter()
+        .filter(same_target)
+        .filter(|(_, other)| other.progress == Progress::Rolling)
+        .count();
+    let rolling = u32::try_from(rolling).unwrap_or(u32::MAX);
+    match policy.max_concurrent {
+        Some(cap) if rolling >= cap => Verdict::Wait(WaitFor::Capped { rolling }),
+        _ => Verdict::Go,
+    }
+}
+
+/// How far the clusters resolving through one config (or running one image) have got.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub clusters: u32,
+    pub up_to_date: u32,
+    pub rolling: u32,
+    pub queued: u32,
+    pub stalled: u32,
+}
+
+impl Tally {
+    fn count(&mut self, progress: Progress) {
+        self.clusters += 1;
+        let bucket = match progress {
+            Progress::UpToDate => &mut self.up_to_date,
+            Progress::Rolling => &mut self.rolling,
+            Progress::Queued => &mut self.queued,
+            Progress::Stalled => &mut self.stalled,
+        };
+        *bucket += 1;
+    }
+
+    /// One word for the printer column.
+    pub fn phase(&self, paused: bool) -> &'static str {
+        match () {
+            _ if self.stalled > 0 => "Halted",
+            _ if paused && self.up_to_date < self.clusters => "Paused",
+            _ if self.up_to_date < self.clusters => "Rolling",
+            _ => "Complete",
+        }
+    }
+}
+
+/// Each config's tally (a cluster counts for every config of its chain) and each image's.
+pub fn tallies(
+    fleet: &BTreeMap<ClusterKey, Standing>,
+) -> (BTreeMap<String, Tally>, BTreeMap<String, Tally>) {
+    let mut configs: BTreeMap<String, Tally> = BTreeMap::new();
+    let mut images: BTreeMap<String, Tally> = BTreeMap::new();
+    for standing in fleet.values() {
+        for config in &standing.chain {
+            configs
+                .entry(config.clone())
+                .or_default()
+                .count(standing.progress);
+        }
+        images
+            .entry(standing.image.clone())
+            .or_default()
+            .count(standing.progress);
+    }
+    (configs, images)
+}
+
+#[cfg(test)]
+#[path = "rollout_tests.rs"]
+mod tests;

@@ -1,0 +1,205 @@
+use super::*;
+
+const NEW: &str = "r2";
+
+fn key(name: &str) -> ClusterKey {
+    ClusterKey::new("ns", name)
+}
+
+fn standing(wave: Wave, progress: Progress) -> Standing {
+    Standing {
+        group: Some("base".into()),
+        chain: vec!["child".into(), "base".into()],
+        image: "valkey-9-1-2".into(),
+        wave,
+        target: NEW.into(),
+        progress,
+    }
+}
+
+fn fleet(members: &[(&str, Wave, Progress)]) -> BTreeMap<ClusterKey, Standing> {
+    members
+        .iter()
+        .map(|(name, wave, progress)| (key(name), standing(*wave, *progress)))
+        .collect()
+}
+
+fn ask<'a>(key: &'a ClusterKey, standing: &'a Standing, cap: Option<u32>) -> Asking<'a> {
+    Asking {
+        key,
+        standing,
+        policy: Some(Policy {
+            max_concurrent: cap,
+        }),
+        paused: false,
+        started: false,
+        mid_shard: false,
+        members: &[],
+        learning: true,
+    }
+}
+
+#[test]
+fn a_new_leader_starts_nobody_until_it_has_seen_every_member() {
+    let fleet = fleet(&[("a", Wave::Last, Progress::Rolling)]);
+    let me = key("me");
+    let mine = standing(Wave::Last, Progress::Queued);
+    let members = [key("a"), key("me"), key("b")];
+    let mut asking = ask(&me, &mine, Some(2));
+    asking.members = &members;
+    assert_eq!(
+        gate(&asking, &fleet),
+        Verdict::Wait(WaitFor::Learning { unseen: 1 })
+    );
+    asking.learning = false;
+    assert_eq!(gate(&asking, &fleet), Verdict::Go, "past the learning time");
+    asking.learning = true;
+    asking.members = &members[..2];
+    assert_eq!(gate(&asking, &fleet), Verdict::Go);
+}
+
+#[test]
+fn without_a_policy_everything_starts_at_once_unless_paused() {
+    let fleet = fleet(&[
+        ("a", Wave::Last, Progress::Rolling),
+        ("b", Wave::Last, Progress::Stalled),
+    ]);
+    let me = key("c");
+    let mine = standing(Wave::Last, Progress::Queued);
+    let mut asking = ask(&me, &mine, None);
+    asking.policy = None;
+    assert_eq!(gate(&asking, &fleet), Verdict::Go);
+    asking.paused = true;
+    assert_eq!(gate(&asking, &fleet), Verdict::Wait(WaitFor::Paused));
+}
+
+#[test]
+fn the_cap_counts_members_rolling_on_the_same_target() {
+    let mut fleet = fleet(&[
+        ("a", Wave::Last, Progress::Rolling),
+        ("b", Wave::Last, Progress::Rolling),
+        ("c", Wave::Last, Progress::UpToDate),
+    ]);
+    let me = key("d");
+    let mine = standing(Wave::Last, Progress::Queued);
+    assert_eq!(
+        gate(&ask(&me, &mine, Some(2)), &fleet),
+        Verdict::Wait(WaitFor::Capped { rolling: 2 })
+    );
+    // A member rolling onto another target (an older change) does not count.
+    if let Some(b) = fleet.get_mut(&key("b")) {
+        b.target = "r1".into();
+    }
+    assert_eq!(gate(&ask(&me, &mine, Some(2)), &fleet), Verdict::Go);
+    // Nor does a member of another group.
+    if let Some(a) = fleet.get_mut(&key("a")) {
+        a.group = Some("other".into());
+    }
+    assert_eq!(gate(&ask(&me, &mine, Some(1)), &fleet), Verdict::Go);
+}
+
+#[test]
+fn a_wave_starts_once_every_earlier_wave_is_up_to_date() {
+    let mut fleet = fleet(&[
+        ("canary", Wave::Numbered(0), Progress::Rolling),
+        ("other", Wave::Last, Progress::Queued),
+    ]);
+    let me = key("me");
+    let mine = standing(Wave::Last, Progress::Queued);
+    assert_eq!(
+        gate(&ask(&me, &mine, None), &fleet),
+        Verdict::Wait(WaitFor::EarlierWave {
+            wave: Wave::Numbered(0),
+            behind: key("canary"),
+        })
+    );
+    // Up to date, but on the change before (its last pass predates this one): not done yet.
+    if let Some(canary) = fleet.get_mut(&key("canary")) {
+        canary.progress = Progress::UpToDate;
+        canary.target = "r1".into();
+    }
+    assert!(matches!(
+        gate(&ask(&me, &mine, None), &fleet),
+        Verdict::Wait(WaitFor::EarlierWave { .. })
+    ));
+    if let Some(canary) = fleet.get_mut(&key("canary")) {
+        canary.target = NEW.into();
+    }
+    assert_eq!(gate(&ask(&me, &mine, None), &fleet), Verdict::Go);
+}
+
+#[test]
+fn a_stall_halts_new_starts_and_rolling_members_stop_between_shards() {
+    let fleet = fleet(&[
+        ("canary", Wave::Numbered(0), Progress::Stalled),
+        ("rolling", Wave::Numbered(1), Progress::Rolling),
+    ]);
+    let me = key("me");
+    let mine = standing(Wave::Numbered(1), Progress::Queued);
+    let halted = Verdict::Wait(WaitFor::Halted {
+        stalled: key("canary"),
+    });
+    assert_eq!(gate(&ask(&me, &mine, None), &fleet), halted);
+    let rolling = key("rolling");
+    let its = standing(Wave::Numbered(1), Progress::Rolling);
+    let mut going_on = ask(&rolling, &its, None);
+    going_on.started = true;
+    going_on.mid_shard = true;
+    assert_eq!(
+        gate(&going_on, &fleet),
+        Verdict::Go,
+        "it finishes its shard"
+    );
+    going_on.mid_shard = false;
+    assert_eq!(gate(&going_on, &fleet), halted, "then waits");
+}
+
+#[test]
+fn a_pause_stops_starts_and_holds_rolling_members_between_shards() {
+    let fleet = fleet(&[]);
+    let me = key("me");
+    let mine = standing(Wave::Last, Progress::Rolling);
+    let mut asking = ask(&me, &mine, None);
+    asking.paused = true;
+    asking.started = true;
+    asking.mid_shard = true;
+    assert_eq!(gate(&asking, &fleet), Verdict::Go);
+    asking.mid_shard = false;
+    assert_eq!(gate(&asking, &fleet), Verdict::Wait(WaitFor::Paused));
+}
+
+#[test]
+fn waves_come_from_the_annotation_and_unnumbered_clusters_go_last() {
+    assert_eq!(Wave::from_annotation(Some("0")), Wave::Numbered(0));
+    assert_eq!(Wave::from_annotation(Some(" 3 ")), Wave::Numbered(3));
+    assert_eq!(Wave::from_annotation(Some("canary")), Wave::Last);
+    assert_eq!(Wave::from_annotation(None), Wave::Last);
+    assert!(Wave::Numbered(u32::MAX) < Wave::Last);
+}
+
+#[test]
+fn tallies_count_each_cluster_for_every_config_of_its_chain_and_its_image() {
+    let fleet = fleet(&[
+        ("a", Wave::Last, Progress::UpToDate),
+        ("b", Wave::Last, Progress::Rolling),
+        ("c", Wave::Last, Progress::Stalled),
+    ]);
+    let (configs, images) = tallies(&fleet);
+    let expected = Tally {
+        clusters: 3,
+        up_to_date: 1,
+        rolling: 1,
+        queued: 0,
+        stalled: 1,
+    };
+    assert_eq!(configs.get("base"), Some(&expected));
+    assert_eq!(configs.get("child"), Some(&expected));
+    assert_eq!(images.get("valkey-9-1-2"), Some(&expected));
+    assert_eq!(expected.phase(false), "Halted");
+    let done = Tally {
+        clusters: 2,
+        up_to_date: 2,
+        ..Tally::default()
+    };
+    assert_eq!(done.phase(true), "Complete");
+}
