@@ -112,7 +112,12 @@ spec: {configRef: standard-large, shards: 2, replicasPerShard: 1}
         "{output}"
     );
     assert!(
-        output.contains("Warning: To stage instead: duplicate the config"),
+        output.contains("Warning: To stage instead: set spec.rollout on ValkeyConfig standard"),
+        "{output}"
+    );
+    // And, cluster by cluster, what the change does.
+    assert!(
+        output.contains("Warning: team-a/orders (the last wave): rolls (image valkey-9-0-0 → valkey-9-1-2)."),
         "{output}"
     );
 

@@ -5,7 +5,8 @@
 use kube::ResourceExt;
 use kube::core::admission::Operation;
 
-use super::impact::{config_image_change, judge_config_change};
+use super::effects::{cluster_effects, warn_effects};
+use super::impact::{config_image_change, judge_config_change, pacing};
 use super::version::check_floor;
 use super::{Policy, Review, Verdict, clip, plural, some_of};
 use crate::api::bounds::config_problems;
@@ -54,7 +55,11 @@ fn validate_spec(
         return;
     }
     match review.operation {
-        Operation::Update => judge_image_change(config, name, fleet, policy, verdict),
+        Operation::Update => {
+            judge_image_change(config, name, fleet, policy, verdict);
+            let effects = cluster_effects(fleet, name, &config.spec);
+            warn_effects(&effects, fleet, verdict);
+        }
         Operation::Create => warn_waiting_clusters(name, fleet, verdict),
         _ => {}
     }
@@ -165,7 +170,8 @@ fn judge_image_change(
             .annotations()
             .get(annotations::ACKNOWLEDGE_FLEET_ROLL)
             .map(String::as_str);
-        judge_config_change(&change, name, acknowledgement, policy, verdict);
+        let pacing = pacing(fleet, name, Some(&config.spec), &change.clusters);
+        judge_config_change(&change, name, acknowledgement, &pacing, policy, verdict);
     }
 }
 

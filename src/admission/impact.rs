@@ -1,12 +1,15 @@
 //! Fleet impact: which clusters a change of a config's effective image rolls, and the warnings
 //! (or, above the operator's threshold, the refusal) that tell the user before it happens.
 
+use std::collections::BTreeMap;
+
 use semver::Version;
 
 use super::{Policy, Verdict, clip, plural, some_of};
-use crate::api::{ValkeyConfigSpec, annotations};
+use crate::api::{RolloutPolicy, ValkeyConfigSpec, annotations};
 use crate::fleet::{ClusterKey, Fleet};
 use crate::resolve::{self, Catalog, ResolvedImage, WithConfig};
+use crate::rollout::{PAUSE_ANNOTATION, WAVE_ANNOTATION};
 
 /// How many cluster names a warning shows before "and N more".
 const NAMES_SHOWN: usize = 3;
@@ -108,6 +111,7 @@ pub fn judge_config_change(
     change: &ImageChange,
     config_name: &str,
     acknowledgement: Option<&str>,
+    pacing: &Pacing,
     policy: &Policy,
     verdict: &mut Verdict,
 ) {
@@ -128,21 +132,85 @@ pub fn judge_config_change(
         ));
         return;
     }
+    let when = if pacing.paced.is_empty() {
+        " at once"
+    } else {
+        ""
+    };
     verdict.warn(clip(format!(
-        "Changing ValkeyConfig {config_name}'s image from {} to {} rolls {clusters} at once: {}.",
+        "Changing ValkeyConfig {config_name}'s image from {} to {} rolls {clusters}{when}: {}.",
         describe(&change.from),
         describe(&change.to),
         some_of(&change.clusters, NAMES_SHOWN),
     )));
-    verdict.warn(
-        "All of them start rolling immediately; nothing staggers them (each cluster rolls one shard at a time).",
-    );
-    verdict.warn(clip(format!(
-        "To stage instead: duplicate the config under a new name (e.g. {config_name}-v2) on the new image and move clusters one at a time by spec.configRef."
-    )));
+    if pacing.paced.is_empty() {
+        verdict.warn(
+            "All of them start rolling immediately; nothing staggers them (each cluster rolls one shard at a time).",
+        );
+        verdict.warn(clip(format!(
+            "To stage instead: set spec.rollout on ValkeyConfig {config_name} (maxConcurrent; waves by the {WAVE_ANNOTATION} annotation), \
+             or copy it as {config_name}-v2 on the new image and move clusters one at a time by spec.configRef."
+        )));
+    }
+    for (group, (rollout, count)) in &pacing.paced {
+        let cap = match rollout.max_concurrent {
+            Some(cap) => format!("at most {cap} rolling at once"),
+            None => "no cap on how many roll at once".to_owned(),
+        };
+        verdict.warn(clip(format!(
+            "{} paced by ValkeyConfig {group}'s spec.rollout: {cap}, in waves by the {WAVE_ANNOTATION} annotation (clusters without it last); \
+             a stall on the new image halts the rest, and {PAUSE_ANNOTATION}: \"true\" on the config pauses it.",
+            plural(*count, "ValkeyCluster"),
+        )));
+    }
+    if pacing.unpaced > 0 && !pacing.paced.is_empty() {
+        verdict.warn(clip(format!(
+            "{} of them have no rollout policy in their baseRef chains: they start rolling immediately.",
+            pacing.unpaced,
+        )));
+    }
     if is_downgrade(&change.from, &change.to) {
         verdict.warn(downgrade_warning(&change.from, &change.to));
     }
+}
+
+/// How the clusters a change rolls are paced: by the policy of the nearest config with one in
+/// each cluster's chain, as the chain would be after the change.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pacing {
+    /// The config whose policy paces them: the policy, and how many clusters.
+    pub paced: BTreeMap<String, (RolloutPolicy, usize)>,
+    /// Clusters with no policy in their chain.
+    pub unpaced: usize,
+}
+
+/// The [`Pacing`] of `clusters` if config `name` takes `new_spec`.
+pub fn pacing(
+    fleet: &Fleet,
+    name: &str,
+    new_spec: Option<&ValkeyConfigSpec>,
+    clusters: &[ClusterKey],
+) -> Pacing {
+    let candidate = WithConfig {
+        inner: fleet,
+        name,
+        spec: new_spec,
+    };
+    let mut pacing = Pacing::default();
+    for cluster in clusters {
+        let chain = fleet
+            .cluster_config_ref(cluster)
+            .and_then(|config| resolve::chain_of(config, &candidate).ok())
+            .unwrap_or_default();
+        let policy = chain
+            .into_iter()
+            .find_map(|(config, spec)| Some((config, spec.rollout.clone()?)));
+        match policy {
+            Some((config, rollout)) => pacing.paced.entry(config).or_insert((rollout, 0)).1 += 1,
+            None => pacing.unpaced += 1,
+        }
+    }
+    pacing
 }
 
 /// Warns of the roll a cluster's `configRef` switch starts.

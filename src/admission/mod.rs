@@ -5,6 +5,7 @@
 
 mod cluster;
 mod config;
+mod effects;
 pub mod eviction;
 pub mod http;
 mod image;

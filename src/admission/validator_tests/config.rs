@@ -168,7 +168,17 @@ fn a_downgrade_gets_its_own_warning_and_unchanged_images_none() {
         &fleet,
         &Policy::default(),
     );
-    assert_eq!(verdict, Verdict::default());
+    // No roll: only what each cluster gets live.
+    assert!(verdict.allowed());
+    assert_eq!(verdict.warnings.len(), 3, "{:?}", verdict.warnings);
+    assert!(
+        verdict
+            .warnings
+            .iter()
+            .all(|w| w.ends_with(": CONFIG SET maxmemory live.")),
+        "{:?}",
+        verdict.warnings
+    );
 }
 
 #[test]
@@ -257,4 +267,57 @@ fn a_config_in_use_cannot_be_deleted() {
         )
         .allowed()
     );
+}
+
+#[test]
+fn a_paced_change_says_how_it_is_paced_and_what_it_does_to_each_cluster() {
+    let mut fleet = fleet();
+    fleet.set_cluster_wave(
+        &ClusterKey::new("team-b", "feed"),
+        crate::rollout::Wave::Numbered(0),
+    );
+    let mut spec = config_spec(Some("valkey-9-1-2"), None);
+    spec.rollout = Some(crate::api::RolloutPolicy {
+        max_concurrent: Some(1),
+    });
+    let object = config("standard", spec);
+    let verdict = validate_config(
+        &review(Operation::Update, "standard", Some(&object), None),
+        &fleet,
+        &Policy::default(),
+    );
+    let all = verdict.warnings.join("\n");
+    assert!(
+        all.contains(
+            "3 ValkeyClusters paced by ValkeyConfig standard's spec.rollout: at most 1 rolling at once"
+        ),
+        "{all}"
+    );
+    assert!(!all.contains("nothing staggers them"), "{all}");
+    // Per cluster, the canary wave first.
+    let feed = "team-b/feed (wave 0): rolls (image valkey-9-0-0 → valkey-9-1-2).";
+    let orders = "team-a/orders (the last wave): rolls (image valkey-9-0-0 → valkey-9-1-2).";
+    let (at_feed, at_orders) = (all.find(feed), all.find(orders));
+    assert!(
+        at_feed.is_some() && at_orders.is_some() && at_feed < at_orders,
+        "{all}"
+    );
+    assert!(!all.contains("team-c/search"), "{all}");
+
+    // A live setting only: a CONFIG SET on each cluster, no roll.
+    let mut live = config_spec(Some("valkey-9-0-0"), None);
+    live.valkey
+        .insert("maxmemory-policy".into(), "allkeys-lru".into());
+    let object = config("standard", live);
+    let verdict = validate_config(
+        &review(Operation::Update, "standard", Some(&object), None),
+        &fleet,
+        &Policy::default(),
+    );
+    let all = verdict.warnings.join("\n");
+    assert!(
+        all.contains("team-a/orders (the last wave): CONFIG SET maxmemory-policy live."),
+        "{all}"
+    );
+    assert!(!all.contains("rolls"), "{all}");
 }

@@ -1,0 +1,333 @@
+//! A fleet rollout a platform team steers, end to end: six one-node clusters on one config
+//! with `spec.rollout: {maxConcurrent: 2}`, a canary in wave 0, two clusters in wave 1 and three
+//! in the last wave. A server-side dry run of the change says how it will be paced. A change
+//! onto an image the test kubelet cannot run stalls the canary and halts the rest (condition,
+//! event and status on the config); fixing the image resumes it; a pause by annotation in the
+//! middle starts nobody new until it is lifted. Sampled from the ValkeyNodes throughout: never
+//! more than two clusters rolling, and each wave starting only once the one before completed.
+//! `kubectl get valkeyconfigs` shows the fleet columns.
+
+// Test code reports failures by panicking; the house rules against it are for the product.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use harness::eventually;
+use harness::k8s::{IMAGES, Product};
+use serde_json::Value;
+use valkey_operator::rollout::PAUSE_ANNOTATION;
+
+const NAMESPACE: &str = "fleet";
+const CLUSTERS: [(&str, Option<u32>); 6] = [
+    ("canary", Some(0)),
+    ("early-a", Some(1)),
+    ("early-b", Some(1)),
+    ("late-a", None),
+    ("late-b", None),
+    ("late-c", None),
+];
+
+fn fleet_yaml() -> String {
+    let mut yaml = String::from(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: fleet}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyImage
+metadata: {name: valkey-broken}
+spec: {repository: valkey/valkey, tag: "9.2.0", version: "9.2.0"}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata: {name: fleet-base}
+spec: {imageRef: valkey-9-0-0, valkey: {save: ""}, rollout: {maxConcurrent: 2}}
+"#,
+    );
+    for (name, wave) in CLUSTERS {
+        let annotations = match wave {
+            Some(wave) => {
+                format!(", annotations: {{valkey.gomomento.com/rollout-wave: \"{wave}\"}}")
+            }
+            None => String::new(),
+        };
+        yaml.push_str(&format!(
+            "---\napiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\n\
+             metadata: {{name: {name}, namespace: fleet{annotations}}}\n\
+             spec: {{configRef: fleet-base, shards: 1, replicasPerShard: 0}}\n"
+        ));
+    }
+    yaml
+}
+
+/// Each cluster's live (not deleting) ValkeyNodes' versions, from one list.
+fn node_versions(product: &Product) -> BTreeMap<String, Vec<String>> {
+    let list: Value = serde_json::from_str(&product.kubectl(&[
+        "get",
+        "valkeynodes",
+        "-n",
+        NAMESPACE,
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let mut versions: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for node in list["items"].as_array().unwrap() {
+        if !node["metadata"]["deletionTimestamp"].is_null() {
+            continue;
+        }
+        let cluster = node["spec"]["cluster"].as_str().unwrap().to_owned();
+        let version = node["spec"]["version"].as_str().unwrap().to_owned();
+        versions.entry(cluster).or_default().push(version);
+    }
+    versions
+}
+
+fn config(product: &Product) -> Value {
+    serde_json::from_str(&product.kubectl(&["get", "valkeyconfig", "fleet-base", "-o", "json"]))
+        .unwrap()
+}
+
+fn config_events(product: &Product) -> String {
+    product.kubectl(&[
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        "involvedObject.name=fleet-base",
+        "-o",
+        "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+    ])
+}
+
+/// When each cluster started (first node on the new version) and completed (no node on another).
+#[derive(Default, Debug)]
+struct Timeline {
+    started: BTreeMap<String, Instant>,
+    completed: BTreeMap<String, Instant>,
+    most_rolling: usize,
+    samples: usize,
+}
+
+impl Timeline {
+    fn sample(&mut self, product: &Product, new: &str) -> bool {
+        let versions = node_versions(product);
+        let now = Instant::now();
+        let mut rolling = 0;
+        for (cluster, nodes) in &versions {
+            let on_new = nodes.iter().any(|v| v == new);
+            let on_other = nodes.iter().any(|v| v != new);
+            if on_new || (on_other && nodes.iter().any(|v| v != "9.0.0")) {
+                self.started.entry(cluster.clone()).or_insert(now);
+            }
+            if on_other && self.started.contains_key(cluster) {
+                rolling += 1;
+            }
+            if on_new && !on_other {
+                self.completed.entry(cluster.clone()).or_insert(now);
+            }
+        }
+        self.most_rolling = self.most_rolling.max(rolling);
+        self.samples += 1;
+        self.completed.len() == CLUSTERS.len()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capped_rollout_in_waves_halts_on_a_stall_resumes_when_fixed_and_pauses() {
+    let product = Product::start(None, &["--join-timeout-seconds", "8"]).await;
+    product.apply(IMAGES);
+    product.apply(&fleet_yaml());
+    let all: Vec<(&str, &str)> = CLUSTERS
+        .iter()
+        .map(|(name, _)| (NAMESPACE, *name))
+        .collect();
+    product
+        .wait_converged(&all, "9.0.0", Duration::from_secs(300))
+        .await;
+    eventually(
+        "the config's fleet status",
+        Duration::from_secs(30),
+        async || {
+            let status = &config(&product)["status"];
+            (status["clusters"] == 6 && status["upToDate"] == 6 && status["rollout"] == "Complete")
+                .then_some(())
+                .ok_or(status.to_string())
+        },
+    )
+    .await;
+    let table = product.kubectl(&["get", "valkeyconfigs"]);
+    println!("{table}");
+    let header = table.lines().next().unwrap();
+    for column in [
+        "CLUSTERS",
+        "UP-TO-DATE",
+        "ROLLING",
+        "QUEUED",
+        "STALLED",
+        "ROLLOUT",
+    ] {
+        assert!(header.contains(column), "{table}");
+    }
+
+    // Admission says how the change will be paced, before it happens.
+    let change = r#"{"spec": {"imageRef": "valkey-broken"}}"#;
+    let dry = product.kubectl(&[
+        "patch",
+        "valkeyconfig",
+        "fleet-base",
+        "--type",
+        "merge",
+        "-p",
+        change,
+        "--dry-run=server",
+    ]);
+    assert!(
+        dry.contains("6 ValkeyClusters paced by ValkeyConfig fleet-base's spec.rollout: at most 2 rolling at once"),
+        "{dry}"
+    );
+
+    // An image that never starts: the canary stalls, and the rest are halted behind it.
+    product.patch("valkeyconfig/fleet-base", None, change);
+    eventually(
+        "the rollout to halt",
+        Duration::from_secs(120),
+        async || {
+            let status = &config(&product)["status"];
+            (status["stalled"] == 1 && status["rollout"] == "Halted")
+                .then_some(())
+                .ok_or(status.to_string())
+        },
+    )
+    .await;
+    let events = config_events(&product);
+    assert!(
+        events.contains("RolloutStarted") && events.contains("RolloutHalted"),
+        "{events}"
+    );
+    // A hold: nobody else starts while it is halted.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let versions = node_versions(&product);
+    for (name, _) in &CLUSTERS[1..] {
+        assert_eq!(
+            versions[*name],
+            ["9.0.0"],
+            "{name} started during the halt: {versions:?}"
+        );
+    }
+    let early = product.cluster(NAMESPACE, "early-a");
+    let waiting = harness::k8s::condition_field(&early, "Progressing", "message").unwrap();
+    assert!(waiting.starts_with("Wait (RolloutHalted): "), "{waiting}");
+
+    // The fix: a good image. The canary's dead join is retired, and the rollout resumes.
+    product.patch(
+        "valkeyconfig/fleet-base",
+        None,
+        r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
+    );
+    let fixed_at = Instant::now();
+    let mut timeline = Timeline::default();
+    let mut paused_at = None;
+    let mut resumed_at = None;
+    let deadline = Instant::now() + Duration::from_secs(400);
+    while !timeline.sample(&product, "9.1.2") {
+        assert!(
+            Instant::now() < deadline,
+            "the rollout did not complete: {timeline:?}"
+        );
+        // Pause once the first wave-1 cluster has started; resume 10 s later.
+        let wave_one_started = ["early-a", "early-b"]
+            .iter()
+            .any(|c| timeline.started.contains_key(*c));
+        if wave_one_started && paused_at.is_none() {
+            let annotation = format!("{PAUSE_ANNOTATION}=true");
+            product.kubectl(&["annotate", "valkeyconfig", "fleet-base", &annotation]);
+            paused_at = Some(Instant::now());
+        }
+        if let Some(at) = paused_at
+            && resumed_at.is_none()
+            && at.elapsed() > Duration::from_secs(10)
+        {
+            let status = &config(&product)["status"];
+            assert_eq!(status["rollout"], "Paused", "{status}");
+            product.kubectl(&[
+                "annotate",
+                "valkeyconfig",
+                "fleet-base",
+                &format!("{PAUSE_ANNOTATION}-"),
+            ]);
+            resumed_at = Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let at = |instant: Option<&Instant>| {
+        instant.map_or("-".to_owned(), |i| {
+            format!("{:.1}", i.duration_since(fixed_at).as_secs_f64())
+        })
+    };
+    for (name, _) in CLUSTERS {
+        println!(
+            "{name:8} started +{} s, completed +{} s",
+            at(timeline.started.get(name)),
+            at(timeline.completed.get(name))
+        );
+    }
+    println!(
+        "paused +{} s, resumed +{} s; most rolling at once {} over {} samples",
+        at(paused_at.as_ref()),
+        at(resumed_at.as_ref()),
+        timeline.most_rolling,
+        timeline.samples
+    );
+    assert!(timeline.samples > 20, "{timeline:?}");
+    assert!(
+        timeline.most_rolling <= 2,
+        "more than 2 clusters rolling at once: {timeline:?}"
+    );
+    assert!(timeline.most_rolling >= 1);
+
+    // Waves in order: each starts only after every earlier one completed.
+    let done = |names: &[&str]| names.iter().map(|n| timeline.completed[*n]).max().unwrap();
+    let first = |names: &[&str]| names.iter().map(|n| timeline.started[*n]).min().unwrap();
+    assert!(
+        done(&["canary"]) <= first(&["early-a", "early-b"]),
+        "{timeline:?}"
+    );
+    assert!(
+        done(&["early-a", "early-b"]) <= first(&["late-a", "late-b", "late-c"]),
+        "{timeline:?}"
+    );
+
+    // The pause: nobody started between it taking hold (one pass, 3 s) and its end.
+    let (paused_at, resumed_at) = (paused_at.unwrap(), resumed_at.unwrap());
+    let started_while_paused: BTreeSet<&String> = timeline
+        .started
+        .iter()
+        .filter(|(_, at)| **at > paused_at + Duration::from_secs(3) && **at < resumed_at)
+        .map(|(name, _)| name)
+        .collect();
+    assert!(
+        started_while_paused.is_empty(),
+        "{started_while_paused:?} started while paused"
+    );
+
+    eventually(
+        "the config's rollout to complete",
+        Duration::from_secs(30),
+        async || {
+            let status = &config(&product)["status"];
+            (status["upToDate"] == 6 && status["rollout"] == "Complete" && status["stalled"] == 0)
+                .then_some(())
+                .ok_or(status.to_string())
+        },
+    )
+    .await;
+    let events = config_events(&product);
+    for reason in ["RolloutPaused", "RolloutResumed", "RolloutCompleted"] {
+        assert!(events.contains(reason), "{reason}:\n{events}");
+    }
+    println!("{}", product.kubectl(&["get", "valkeyconfigs"]));
+    println!("{events}");
+}
