@@ -15,6 +15,7 @@ use tokio::sync::broadcast;
 
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyRole};
 use crate::fleet::{ClusterKey, Fleet};
+use crate::resolve::Catalog;
 
 /// Which caches have completed their first list.
 #[derive(Debug, Default)]
@@ -73,11 +74,20 @@ trait Indexed:
     fn flag(readiness: &Readiness) -> &AtomicBool;
     /// The clusters a change of this object may change (their effective config).
     fn reaches(&self, fleet: &Fleet) -> Vec<ClusterKey>;
+    /// Whether this version differs from what the index holds in anything that matters to
+    /// clusters: a status write (the operator's own fleet status, every few seconds during a
+    /// rollout) must not wake every cluster it reaches.
+    fn changes(&self, _fleet: &Fleet) -> bool {
+        true
+    }
 }
 
 impl Indexed for ValkeyImage {
     fn apply(&self, fleet: &mut Fleet) {
         fleet.upsert_image(&self.name_any(), self.spec.clone());
+    }
+    fn changes(&self, fleet: &Fleet) -> bool {
+        fleet.image(&self.name_any()) != Some(&self.spec)
     }
     fn remove(&self, fleet: &mut Fleet) {
         fleet.remove_image(&self.name_any());
@@ -93,11 +103,22 @@ impl Indexed for ValkeyImage {
     }
 }
 
+/// A person paused the config's rollouts ([`crate::rollout::PAUSE_ANNOTATION`]).
+fn paused(config: &ValkeyConfig) -> bool {
+    config
+        .annotations()
+        .get(crate::rollout::PAUSE_ANNOTATION)
+        .is_some_and(|value| value == "true")
+}
+
 impl Indexed for ValkeyConfig {
     fn apply(&self, fleet: &mut Fleet) {
         fleet.upsert_config(&self.name_any(), self.spec.clone());
-        let paused = self.annotations().get(crate::rollout::PAUSE_ANNOTATION);
-        fleet.set_paused(&self.name_any(), paused.is_some_and(|v| v == "true"));
+        fleet.set_paused(&self.name_any(), paused(self));
+    }
+    fn changes(&self, fleet: &Fleet) -> bool {
+        let name = self.name_any();
+        fleet.config(&name) != Some(&self.spec) || fleet.is_paused(&name) != paused(self)
     }
     fn remove(&self, fleet: &mut Fleet) {
         fleet.remove_config(&self.name_any());
@@ -194,8 +215,11 @@ fn index_event<K: Indexed>(
             object.apply(&mut fleet);
         }
         watcher::Event::Apply(object) => {
+            let changes = object.changes(&fleet);
             object.apply(&mut fleet);
-            return object.reaches(&fleet);
+            if changes {
+                return object.reaches(&fleet);
+            }
         }
         watcher::Event::Delete(object) => {
             object.remove(&mut fleet);

@@ -4,8 +4,10 @@
 //! cluster's [`Standing`] after each pass and asks [`gate`] before a cluster starts.
 //!
 //! The rules, in the order [`gate`] checks them:
-//! 1. a cluster that has started on its revision goes on, unless the rollout is paused or halted
-//!    and no shard of it is mid-roll (it finishes the shard it is on, then waits);
+//! 1. a cluster with a shard mid-roll (nodes on both revisions) finishes that shard; between
+//!    shards, a cluster that has started (a node already on its revision: an earlier start, or
+//!    a healed node) goes through the rules below like one that has not, so a pause or a halt
+//!    stops it after its shard and the cap counts it only while it rolls a shard;
 //! 2. a cluster none of whose configs is paused and that has no policy starts at once (the
 //!    guide's behaviour: everything together);
 //! 3. a paused rollout starts nobody (annotation [`PAUSE_ANNOTATION`] on any config of the
@@ -207,19 +209,8 @@ pub fn gate(asking: &Asking, fleet: &BTreeMap<ClusterKey, Standing>) -> Verdict 
         .iter()
         .filter(same_target)
         .find(|(_, other)| other.progress == Progress::Stalled);
-    if asking.started {
-        if asking.mid_shard {
-            return Verdict::Go;
-        }
-        if asking.paused {
-            return Verdict::Wait(WaitFor::Paused);
-        }
-        return match halted {
-            Some((stalled, _)) => Verdict::Wait(WaitFor::Halted {
-                stalled: (*stalled).clone(),
-            }),
-            None => Verdict::Go,
-        };
+    if asking.started && asking.mid_shard {
+        return Verdict::Go;
     }
     if asking.paused {
         return Verdict::Wait(WaitFor::Paused);

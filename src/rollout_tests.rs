@@ -155,6 +155,25 @@ fn a_stall_halts_new_starts_and_rolling_members_stop_between_shards() {
 }
 
 #[test]
+fn a_started_cluster_between_shards_waits_for_a_place_under_the_cap() {
+    let fleet = fleet(&[
+        ("a", Wave::Last, Progress::Rolling),
+        ("b", Wave::Last, Progress::Rolling),
+    ]);
+    let me = key("me");
+    let mine = standing(Wave::Last, Progress::Rolling);
+    let mut asking = ask(&me, &mine, Some(2));
+    asking.started = true;
+    asking.mid_shard = true;
+    assert_eq!(gate(&asking, &fleet), Verdict::Go, "its shard first");
+    asking.mid_shard = false;
+    assert_eq!(
+        gate(&asking, &fleet),
+        Verdict::Wait(WaitFor::Capped { rolling: 2 })
+    );
+}
+
+#[test]
 fn a_pause_stops_starts_and_holds_rolling_members_between_shards() {
     let fleet = fleet(&[]);
     let me = key("me");

@@ -117,7 +117,9 @@ spec: {configRef: standard-large, shards: 2, replicasPerShard: 1}
     );
     // And, cluster by cluster, what the change does.
     assert!(
-        output.contains("Warning: team-a/orders (the last wave): rolls (image valkey-9-0-0 → valkey-9-1-2)."),
+        output.contains(
+            "Warning: team-a/orders (the last wave): rolls (image valkey-9-0-0 → valkey-9-1-2)."
+        ),
         "{output}"
     );
 

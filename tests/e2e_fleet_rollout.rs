@@ -237,11 +237,8 @@ async fn a_capped_rollout_in_waves_halts_on_a_stall_resumes_when_fixed_and_pause
             Instant::now() < deadline,
             "the rollout did not complete: {timeline:?}"
         );
-        // Pause once the first wave-1 cluster has started; resume 10 s later.
-        let wave_one_started = ["early-a", "early-b"]
-            .iter()
-            .any(|c| timeline.started.contains_key(*c));
-        if wave_one_started && paused_at.is_none() {
+        // Pause as soon as the canary has completed, when wave 1 would start; resume 10 s later.
+        if timeline.completed.contains_key("canary") && paused_at.is_none() {
             let annotation = format!("{PAUSE_ANNOTATION}=true");
             product.kubectl(&["annotate", "valkeyconfig", "fleet-base", &annotation]);
             paused_at = Some(Instant::now());
@@ -252,6 +249,19 @@ async fn a_capped_rollout_in_waves_halts_on_a_stall_resumes_when_fixed_and_pause
         {
             let status = &config(&product)["status"];
             assert_eq!(status["rollout"], "Paused", "{status}");
+            // Someone is held by the pause, and says so.
+            let held: Vec<String> = CLUSTERS
+                .iter()
+                .filter(|(name, _)| !timeline.started.contains_key(*name))
+                .filter_map(|(name, _)| {
+                    let cluster = product.cluster(NAMESPACE, name);
+                    harness::k8s::condition_field(&cluster, "Progressing", "message")
+                })
+                .collect();
+            assert!(
+                held.iter().any(|m| m.starts_with("Wait (RolloutPaused): ")),
+                "{held:?}"
+            );
             product.kubectl(&[
                 "annotate",
                 "valkeyconfig",
@@ -286,7 +296,10 @@ async fn a_capped_rollout_in_waves_halts_on_a_stall_resumes_when_fixed_and_pause
         timeline.most_rolling <= 2,
         "more than 2 clusters rolling at once: {timeline:?}"
     );
-    assert!(timeline.most_rolling >= 1);
+    assert_eq!(
+        timeline.most_rolling, 2,
+        "the cap was never reached: {timeline:?}"
+    );
 
     // Waves in order: each starts only after every earlier one completed.
     let done = |names: &[&str]| names.iter().map(|n| timeline.completed[*n]).max().unwrap();

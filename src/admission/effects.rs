@@ -21,8 +21,12 @@ const CLUSTERS_NAMED: usize = 8;
 pub enum Effect {
     /// Its nodes are replaced, for this reason.
     Rolls(String),
-    /// These settings are set live on every node.
-    Live(Vec<String>),
+    /// These settings are set live on every node; the removed ones keep their value until the
+    /// nodes are replaced (the operator sets what a config names, it does not unset).
+    Live {
+        set: Vec<String>,
+        removed: Vec<String>,
+    },
     Nothing,
 }
 
@@ -30,7 +34,22 @@ impl fmt::Display for Effect {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Effect::Rolls(why) => write!(f, "rolls ({why})"),
-            Effect::Live(settings) => write!(f, "CONFIG SET {} live", settings.join(", ")),
+            Effect::Live { set, removed } => {
+                if !set.is_empty() {
+                    write!(f, "CONFIG SET {} live", set.join(", "))?;
+                }
+                if !set.is_empty() && !removed.is_empty() {
+                    f.write_str("; ")?;
+                }
+                if !removed.is_empty() {
+                    write!(
+                        f,
+                        "{} removed: nodes keep the value until replaced",
+                        removed.join(", ")
+                    )?;
+                }
+                Ok(())
+            }
             Effect::Nothing => f.write_str("nothing"),
         }
     }
@@ -57,7 +76,13 @@ pub fn effect(old: &EffectiveConfig, new: &EffectiveConfig) -> Effect {
         return Effect::Rolls(format!("{} only take effect at start", names.join(", ")));
     }
     if !live.is_empty() {
-        return Effect::Live(live.into_iter().cloned().collect());
+        let (set, removed): (Vec<&String>, Vec<&String>) = live
+            .into_iter()
+            .partition(|name| new.valkey.contains_key(*name));
+        return Effect::Live {
+            set: set.into_iter().cloned().collect(),
+            removed: removed.into_iter().cloned().collect(),
+        };
     }
     Effect::Nothing
 }
@@ -94,7 +119,7 @@ pub fn warn_effects(effects: &[(ClusterKey, Effect)], fleet: &Fleet, verdict: &m
     }
     let rank = |effect: &Effect| match effect {
         Effect::Rolls(_) => 0,
-        Effect::Live(_) => 1,
+        Effect::Live { .. } => 1,
         Effect::Nothing => 2,
     };
     let mut sorted: Vec<&(ClusterKey, Effect)> = effects.iter().collect();
@@ -154,14 +179,23 @@ mod tests {
         );
         assert_eq!(
             effect(&old, &effective("9.0.0", &[("maxmemory", "2gb")])),
-            Effect::Live(vec!["maxmemory".into()])
+            Effect::Live {
+                set: vec!["maxmemory".into()],
+                removed: vec![],
+            }
+        );
+        let removed = effect(&old, &effective("9.0.0", &[]));
+        assert_eq!(
+            removed.to_string(),
+            "maxmemory removed: nodes keep the value until replaced"
         );
         let restart = effective("9.0.0", &[("maxmemory", "1gb"), ("databases", "4")]);
         assert!(matches!(effect(&old, &restart), Effect::Rolls(why) if why.contains("databases")));
         assert_eq!(effect(&old, &old.clone()), Effect::Nothing);
-        assert_eq!(
-            Effect::Live(vec!["maxmemory".into(), "hz".into()]).to_string(),
-            "CONFIG SET maxmemory, hz live"
-        );
+        let both = Effect::Live {
+            set: vec!["maxmemory".into(), "hz".into()],
+            removed: vec![],
+        };
+        assert_eq!(both.to_string(), "CONFIG SET maxmemory, hz live");
     }
 }

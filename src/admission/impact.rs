@@ -158,9 +158,11 @@ pub fn judge_config_change(
             None => "no cap on how many roll at once".to_owned(),
         };
         verdict.warn(clip(format!(
-            "{} paced by ValkeyConfig {group}'s spec.rollout: {cap}, in waves by the {WAVE_ANNOTATION} annotation (clusters without it last); \
-             a stall on the new image halts the rest, and {PAUSE_ANNOTATION}: \"true\" on the config pauses it.",
+            "{} paced by ValkeyConfig {group}'s spec.rollout: {cap}, in waves by the {WAVE_ANNOTATION} annotation (clusters without it last).",
             plural(*count, "ValkeyCluster"),
+        )));
+        verdict.warn(clip(format!(
+            "A stall on the new image halts the rest of {group}'s rollout; {PAUSE_ANNOTATION}: \"true\" on the config pauses it."
         )));
     }
     if pacing.unpaced > 0 && !pacing.paced.is_empty() {

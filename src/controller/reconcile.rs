@@ -328,6 +328,9 @@ async fn degraded_until_fixed(
     message: String,
 ) -> Result<Action, Error> {
     write_degraded(ctx, cluster, &stored.status, reason, message).await?;
+    // It reaches no rollout gate until fixed: its last standing must not hold a cap's place
+    // or halt its group meanwhile.
+    ctx.rollouts.forget(&cluster_key(cluster));
     Ok(Action::requeue(ctx.backoff.failed(&cluster_key(cluster))))
 }
 
@@ -357,6 +360,7 @@ async fn spec_out_of_bounds(
         message,
     )
     .await?;
+    ctx.rollouts.forget(&cluster_key(cluster));
     Ok(Action::await_change())
 }
 

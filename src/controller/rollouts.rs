@@ -17,8 +17,8 @@ use serde_json::json;
 
 use crate::api::{FleetStatus, ValkeyCluster, ValkeyConfig, ValkeyImage};
 use crate::fleet::{ClusterKey, Fleet};
-use crate::resolve::{Catalog, EffectiveConfig};
-use crate::roll::{DesiredShape, ObservedNode, Step, WaitReason};
+use crate::resolve::{self, Catalog, EffectiveConfig};
+use crate::roll::{DesiredShape, Lifecycle, ObservedNode, Role, Step, WaitReason};
 use crate::rollout::{
     Asking, LEARNING, Policy, Progress, Standing, Tally, Verdict, WAVE_ANNOTATION, Wave, gate,
     tallies,
@@ -39,9 +39,11 @@ impl Rollouts {
         let mut standings = self.standings.lock().unwrap_or_else(|p| p.into_inner());
         let verdict = gate(asking, &standings);
         let mut standing = asking.standing.clone();
+        // Between shards and held, a started cluster waits like a queued one: counted as
+        // rolling, three held clusters under a cap of two would wait for each other forever.
         standing.progress = match verdict {
             Verdict::Go => Progress::Rolling,
-            Verdict::Wait(_) if asking.started => Progress::Rolling,
+            Verdict::Wait(_) if asking.mid_shard => Progress::Rolling,
             Verdict::Wait(_) => Progress::Queued,
         };
         standings.insert(asking.key.clone(), standing);
@@ -64,6 +66,12 @@ impl Rollouts {
         standings.clear();
         let mut since = self.leading_since.lock().unwrap_or_else(|p| p.into_inner());
         *since = Some(Instant::now());
+    }
+
+    /// Drops the standings of clusters that are gone (deleted without a cleanup pass).
+    fn keep_only(&self, exists: impl Fn(&ClusterKey) -> bool) {
+        let mut standings = self.standings.lock().unwrap_or_else(|p| p.into_inner());
+        standings.retain(|key, _| exists(key));
     }
 
     fn learning(&self) -> bool {
@@ -100,6 +108,9 @@ pub fn gated(
             max_concurrent: rollout.max_concurrent,
         });
     let outdated = observed.iter().any(|o| !o.is_up_to_date(desired));
+    // The group's own resolution, so every member of a change compares alike whatever its
+    // child config adds; without a group, the cluster's own.
+    let group_effective = group.and_then(|name| resolve::resolve(name, fleet).ok());
     let mut standing = Standing {
         group: group.cloned(),
         chain: chain.to_vec(),
@@ -110,14 +121,18 @@ pub fn gated(
                 .get(WAVE_ANNOTATION)
                 .map(String::as_str),
         ),
-        target: rollout_target(effective),
+        target: rollout_target(group_effective.as_ref().unwrap_or(effective)),
         progress: Progress::UpToDate,
     };
-    if matches!(step, Step::Stalled { .. }) || !outdated || !advances_a_roll(&step) {
+    let started = started(observed, desired);
+    let held = advances_a_roll(&step, observed, desired);
+    if matches!(step, Step::Stalled { .. }) || !outdated || !held {
         standing.progress = match (&step, outdated) {
-            (Step::Stalled { .. }, _) => Progress::Stalled,
+            // Only a stall of a roll onto the change halts it: one tenant's cluster stalled
+            // for its own reasons (a dead primary, say) holds nobody up.
+            (Step::Stalled { .. }, true) if started => Progress::Stalled,
             (_, false) => Progress::UpToDate,
-            _ if started(observed, desired) => Progress::Rolling,
+            _ if started => Progress::Rolling,
             _ => Progress::Queued,
         };
         rollouts.record(&key, standing);
@@ -133,7 +148,7 @@ pub fn gated(
         standing: &standing,
         policy,
         paused: chain.iter().any(|name| fleet.is_paused(name)),
-        started: started(observed, desired),
+        started,
         mid_shard: mid_shard(observed, desired),
     };
     match rollouts.admit(&asking) {
@@ -160,16 +175,26 @@ fn rollout_target(effective: &EffectiveConfig) -> String {
     format!("{:016x}", hasher.finish())
 }
 
-/// The steps that move a cluster onto its new revision (or take it further): a rollout may hold
-/// them back. Failovers of a dying or evicted primary, activations and waits are never held.
-fn advances_a_roll(step: &Step) -> bool {
-    matches!(
-        step,
-        Step::JoinPrimary { .. }
-            | Step::JoinReplica { .. }
-            | Step::Failover { .. }
-            | Step::RetireNode { .. }
-    )
+/// The steps that move a cluster onto its new revision for the roll's sake: a rollout may hold
+/// them back. Healing never waits: a new primary for a shard without one, a replica for a
+/// shard below its target, retiring a node that is gone, and the handover or takeover of a
+/// leaving or dead primary.
+fn advances_a_roll(step: &Step, observed: &[ObservedNode], desired: &DesiredShape) -> bool {
+    match step {
+        Step::Failover { .. } => true,
+        Step::JoinReplica { shard, .. } => {
+            let replicas = observed
+                .iter()
+                .filter(|o| o.shard == *shard && o.reachable && o.role == Role::Replica)
+                .filter(|o| o.lifecycle == Lifecycle::Active && !o.leaving && !o.terminated)
+                .count();
+            u32::try_from(replicas).unwrap_or(u32::MAX) >= desired.replicas_per_shard
+        }
+        Step::RetireNode { node, .. } => observed
+            .iter()
+            .any(|o| o.name == *node && o.reachable && !o.terminated),
+        _ => false,
+    }
 }
 
 /// Some node already runs the desired revision.
@@ -207,12 +232,23 @@ pub async fn write_fleet_status(
     let images: Api<ValkeyImage> = Api::all(client);
     let mut written: HashMap<(bool, String), FleetStatus> = HashMap::new();
     loop {
-        let (config_tallies, image_tallies) = tallies(&rollouts.snapshot());
+        tokio::time::sleep(STATUS_PERIOD).await;
+        // A new leader knows only the clusters it has reconciled: it writes nothing until it
+        // has had the time to see them, rather than counts that start from zero.
+        if rollouts.learning() {
+            continue;
+        }
         let wanted = {
             let fleet = fleet.read().unwrap_or_else(|p| p.into_inner());
+            rollouts.keep_only(|key| fleet.cluster_config_ref(key).is_some());
+            let (config_tallies, image_tallies) = tallies(&rollouts.snapshot());
+            let paused = |name: &str| {
+                let chain = resolve::chain_of(name, &*fleet).unwrap_or_default();
+                chain.iter().any(|(config, _)| fleet.is_paused(config))
+            };
             let configs = fleet.config_names().map(|name| {
                 let tally = config_tallies.get(name).copied().unwrap_or_default();
-                ((true, name.clone()), status(tally, fleet.is_paused(name)))
+                ((true, name.clone()), status(tally, paused(name)))
             });
             let images = fleet.image_names().map(|name| {
                 let tally = image_tallies.get(name).copied().unwrap_or_default();
@@ -220,6 +256,7 @@ pub async fn write_fleet_status(
             });
             configs.chain(images).collect::<Vec<_>>()
         };
+        written.retain(|key, _| wanted.iter().any(|(wanted, _)| wanted == key));
         for ((is_config, name), status) in wanted {
             let before = written.get(&(is_config, name.clone()));
             if before == Some(&status) {
@@ -253,7 +290,6 @@ pub async fn write_fleet_status(
                 Err(error) => tracing::warn!(%name, %error, "could not write the fleet status"),
             }
         }
-        tokio::time::sleep(STATUS_PERIOD).await;
     }
 }
 
