@@ -352,6 +352,30 @@ async fn roll_progress_through_a_real_prometheus() {
         async || prometheus.scalar(&scraped_thrice).await,
     )
     .await;
+    // A rate sees only what happened after a series' first scrape, and one scale-out's
+    // migrations can all land before it: a second scale-out moves slots under watch.
+    let before = value(&prometheus, &migrations).await;
+    product.patch(
+        "valkeycluster/cart",
+        Some(NAMESPACE),
+        r#"{"spec": {"shards": 4}}"#,
+    );
+    let more = format!("{migrations} > {before}");
+    eventually(
+        "the second scale-out's migrations, seen by Prometheus",
+        Duration::from_secs(240),
+        async || {
+            let up = prometheus.scalar(&up_to_date).await.unwrap_or(0.0);
+            (up == 4.0 && prometheus.scalar(&more).await.is_some()).then_some(())
+        },
+    )
+    .await;
+    eventually("a scrape after it", Duration::from_secs(30), async || {
+        prometheus
+            .scalar(&format!("increase({migrations}[5m]) > 0"))
+            .await
+    })
+    .await;
     println!(
         "failover p95 bucket {failover_p95} s; keys moved {}",
         value(&prometheus, &migrated).await

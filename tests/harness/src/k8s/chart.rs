@@ -344,6 +344,17 @@ impl Operator {
             .ok()
     }
 
+    /// CPU time the process has used so far (user + system), in seconds.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+        let after = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks: f64 =
+            fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+        Some(ticks / clock_ticks_per_second())
+    }
+
     /// The exit status once the process has ended.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().unwrap()
@@ -472,4 +483,14 @@ pub fn image(name: &str, version: &str) -> String {
     format!(
         "apiVersion: {GROUP}/v1alpha1\nkind: ValkeyImage\nmetadata:\n  name: {name}\nspec:\n  repository: valkey/valkey\n  tag: \"{version}\"\n  version: \"{version}\"\n"
     )
+}
+
+/// The kernel's clock ticks per second (`getconf CLK_TCK`; 100 on Linux when it cannot be read).
+fn clock_ticks_per_second() -> f64 {
+    Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8_lossy(&out.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
 }
