@@ -27,6 +27,8 @@ pub struct Context {
     /// Which certificate each TLS node last reloaded, and when each Secret version was seen.
     pub applied_tls: super::live::Applied,
     pub certificate_versions: super::live::CertificateVersions,
+    /// Which live settings each node was last given.
+    pub applied_settings: super::live::Applied,
     /// The last credentials read per cluster (see [`super::credentials::Known`]).
     pub known_credentials: super::credentials::Known,
     /// When each cluster's rolling shards and joining replicas started, for the histograms.

@@ -384,14 +384,23 @@ fn text_digest(text: &str) -> u64 {
     hasher.finish()
 }
 
-/// Applies `settings` on every reachable node.
+/// Applies `settings` on every reachable node that was not given exactly these recently (a
+/// converged cluster costs no `CONFIG SET` per pass; a node is set again after [`REFRESH`], so
+/// a setting changed by hand is repaired).
 pub async fn apply_settings(
+    applied: &Applied,
+    cluster: &ClusterKey,
     members: &[Member],
     observed: &[ObservedNode],
     settings: &BTreeMap<String, String>,
     reach: &Reach,
 ) {
+    applied.keep_only(cluster, members);
+    let digest = text_digest(&format!("{settings:?}"));
     for (node, address) in reachable(members, observed) {
+        if applied.is_current(cluster, node, address, digest) {
+            continue;
+        }
         let client = match NodeClient::at(address, reach).await {
             Ok(client) => client,
             Err(error) => {
@@ -399,10 +408,15 @@ pub async fn apply_settings(
                 continue;
             }
         };
+        let mut all_set = true;
         for (key, value) in settings {
             if let Err(error) = client.config_set(key, value).await {
+                all_set = false;
                 tracing::warn!(%node, %key, %error, "could not apply a setting live");
             }
+        }
+        if all_set {
+            applied.record(cluster, node, address, digest, Vec::new());
         }
     }
 }

@@ -126,6 +126,7 @@ pub async fn run(
         backoff: Backoff::default(),
         applied_acl: Default::default(),
         applied_tls: Default::default(),
+        applied_settings: Default::default(),
         certificate_versions: Default::default(),
         known_credentials: Default::default(),
         stopwatches: Default::default(),
@@ -140,6 +141,7 @@ pub async fn run(
         // Another replica may have written to the nodes while this one did not lead.
         context.applied_acl.clear();
         context.applied_tls.clear();
+        context.applied_settings.clear();
         context.known_credentials.clear();
         context.stopwatches.clear();
         context.rollouts.clear();

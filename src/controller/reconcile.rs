@@ -271,7 +271,15 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         .await;
     }
     if matches!(step, Step::Converged) {
-        live::apply_settings(&members, &observed, &render.live_settings(), &reach).await;
+        live::apply_settings(
+            &ctx.applied_settings,
+            &cluster_key(cluster),
+            &members,
+            &observed,
+            &render.live_settings(),
+            &reach,
+        )
+        .await;
     }
     let report = PassReport {
         generation: cluster.metadata.generation,
@@ -438,6 +446,7 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     ctx.rollouts.forget(&cluster_key(cluster));
     ctx.applied_acl.forget(&cluster_key(cluster));
     ctx.applied_tls.forget(&cluster_key(cluster));
+    ctx.applied_settings.forget(&cluster_key(cluster));
     ctx.certificate_versions.forget(&cluster_key(cluster));
     ctx.known_credentials.forget(&cluster_key(cluster));
     Ok(Action::await_change())
