@@ -193,16 +193,14 @@ impl ClusterMetrics {
         // Every cluster's failover counter exists from its first pass, at 0 until one happens,
         // so "no failover" reads as 0 rather than as a missing series.
         let _ = self.failovers.with_label_values(&labels);
-        for (gauge, value) in [
-            (&self.shards, progress.shards),
-            (&self.shards_up_to_date, progress.shards_up_to_date),
-            (&self.outdated_nodes, progress.outdated_nodes),
-            (&self.roll_in_progress, usize::from(progress.in_progress)),
-            (
-                &self.below_replica_target,
-                progress.shards_below_replica_target,
-            ),
-        ] {
+        let values = [
+            progress.shards,
+            progress.shards_up_to_date,
+            progress.outdated_nodes,
+            usize::from(progress.in_progress),
+            progress.shards_below_replica_target,
+        ];
+        for (gauge, value) in self.gauges().into_iter().zip(values) {
             gauge.with_label_values(&labels).set(count(value));
         }
         let words = progress.words;
@@ -286,13 +284,7 @@ impl ClusterMetrics {
     /// Drops every series of a deleted cluster.
     pub(super) fn forget(&self, id: &ClusterId) {
         let labels = id.labels();
-        for gauge in [
-            &self.shards,
-            &self.shards_up_to_date,
-            &self.outdated_nodes,
-            &self.roll_in_progress,
-            &self.below_replica_target,
-        ] {
+        for gauge in self.gauges() {
             let _ = gauge.remove_label_values(&labels);
         }
         let _ = self.failovers.remove_label_values(&labels);
@@ -317,13 +309,7 @@ impl ClusterMetrics {
 
     /// Drops every per-cluster series: this replica no longer leads, so it knows no cluster.
     pub(super) fn forget_all(&self) {
-        for gauge in [
-            &self.shards,
-            &self.shards_up_to_date,
-            &self.outdated_nodes,
-            &self.roll_in_progress,
-            &self.below_replica_target,
-        ] {
+        for gauge in self.gauges() {
             gauge.reset();
         }
         self.failovers.reset();
@@ -341,6 +327,17 @@ impl ClusterMetrics {
         for replaced in self.replaced() {
             replaced.clear();
         }
+    }
+
+    /// The progress gauges labelled by namespace and cluster alone, in [`Self::progress`]'s order.
+    fn gauges(&self) -> [&IntGaugeVec; 5] {
+        [
+            &self.shards,
+            &self.shards_up_to_date,
+            &self.outdated_nodes,
+            &self.roll_in_progress,
+            &self.below_replica_target,
+        ]
     }
 
     fn replaced(&self) -> [&Replaced; 5] {
