@@ -1,13 +1,15 @@
-//! The in-memory caches that admission and the controller read: kube reflectors over
-//! ValkeyImage, ValkeyConfig, ValkeyRole and ValkeyCluster, whose watch events also keep the
-//! [`Fleet`] index current. An admission answer never lists the API server.
+//! The in-memory cache that admission and the controller read: watches over ValkeyImage,
+//! ValkeyConfig, ValkeyRole and ValkeyCluster keep the [`Fleet`] index current. An admission
+//! answer never lists the API server. Only the index keeps what it needs of each object (a
+//! config's spec, a cluster's references): no whole objects are cached here, so a fleet of
+//! thousands of clusters costs a few hundred bytes each.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use futures::{Stream, StreamExt};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -56,21 +58,13 @@ impl Readiness {
     }
 }
 
-/// The reflector stores, for readers that want whole objects (the controller).
-#[derive(Clone)]
-pub struct Stores {
-    pub images: Store<ValkeyImage>,
-    pub configs: Store<ValkeyConfig>,
-    pub roles: Store<ValkeyRole>,
-    pub clusters: Store<ValkeyCluster>,
-}
-
 /// How one kind's watch events update the fleet index.
 trait Indexed:
     Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static
 {
     fn apply(&self, fleet: &mut Fleet);
-    fn remove(&self, fleet: &mut Fleet);
+    /// Drops the object `gone` names from the index.
+    fn remove(gone: &ObjectRef<Self>, fleet: &mut Fleet);
     fn flag(readiness: &Readiness) -> &AtomicBool;
     /// The clusters a change of this object may change (their effective config).
     fn reaches(&self, fleet: &Fleet) -> Vec<ClusterKey>;
@@ -89,8 +83,8 @@ impl Indexed for ValkeyImage {
     fn changes(&self, fleet: &Fleet) -> bool {
         fleet.image(&self.name_any()) != Some(&self.spec)
     }
-    fn remove(&self, fleet: &mut Fleet) {
-        fleet.remove_image(&self.name_any());
+    fn remove(gone: &ObjectRef<Self>, fleet: &mut Fleet) {
+        fleet.remove_image(&gone.name);
     }
     fn flag(readiness: &Readiness) -> &AtomicBool {
         &readiness.images
@@ -120,8 +114,8 @@ impl Indexed for ValkeyConfig {
         let name = self.name_any();
         fleet.config(&name) != Some(&self.spec) || fleet.is_paused(&name) != paused(self)
     }
-    fn remove(&self, fleet: &mut Fleet) {
-        fleet.remove_config(&self.name_any());
+    fn remove(gone: &ObjectRef<Self>, fleet: &mut Fleet) {
+        fleet.remove_config(&gone.name);
     }
     fn flag(readiness: &Readiness) -> &AtomicBool {
         &readiness.configs
@@ -135,8 +129,8 @@ impl Indexed for ValkeyRole {
     fn apply(&self, fleet: &mut Fleet) {
         fleet.upsert_role(&self.name_any(), self.spec.clone());
     }
-    fn remove(&self, fleet: &mut Fleet) {
-        fleet.remove_role(&self.name_any());
+    fn remove(gone: &ObjectRef<Self>, fleet: &mut Fleet) {
+        fleet.remove_role(&gone.name);
     }
     fn flag(readiness: &Readiness) -> &AtomicBool {
         &readiness.roles
@@ -182,8 +176,9 @@ impl Indexed for ValkeyCluster {
             .collect();
         fleet.set_cluster_secrets(&key, secrets);
     }
-    fn remove(&self, fleet: &mut Fleet) {
-        fleet.remove_cluster(&cluster_key(self));
+    fn remove(gone: &ObjectRef<Self>, fleet: &mut Fleet) {
+        let namespace = gone.namespace.clone().unwrap_or_default();
+        fleet.remove_cluster(&ClusterKey::new(namespace, gone.name.clone()));
     }
     fn flag(readiness: &Readiness) -> &AtomicBool {
         &readiness.clusters
@@ -194,27 +189,42 @@ impl Indexed for ValkeyCluster {
     }
 }
 
+/// The objects of one kind the index holds, and those a re-list in progress has listed.
+struct Listed<K: Indexed> {
+    known: HashSet<ObjectRef<K>>,
+    relisted: HashSet<ObjectRef<K>>,
+}
+
+impl<K: Indexed> Default for Listed<K> {
+    fn default() -> Self {
+        Self {
+            known: HashSet::new(),
+            relisted: HashSet::new(),
+        }
+    }
+}
+
 /// Applies one watch event to the index. A re-list (`Init`, `InitApply`…, `InitDone`) upserts
-/// what it lists as it comes, then drops what the store held but the list no longer has: the
+/// what it lists as it comes, then drops what the index held but the list no longer has: the
 /// index never empties in between, so admission keeps answering during a re-list.
 /// Returns the clusters a change (not a re-list) reaches, once the index reflects it.
 fn index_event<K: Indexed>(
     event: &watcher::Event<K>,
     fleet: &RwLock<Fleet>,
-    store: &Store<K>,
-    relisted: &mut HashSet<ObjectRef<K>>,
+    listed: &mut Listed<K>,
     readiness: &Readiness,
 ) -> Vec<ClusterKey> {
     let mut fleet = fleet
         .write()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     match event {
-        watcher::Event::Init => relisted.clear(),
+        watcher::Event::Init => listed.relisted.clear(),
         watcher::Event::InitApply(object) => {
-            relisted.insert(ObjectRef::from(object));
+            listed.relisted.insert(ObjectRef::from(object));
             object.apply(&mut fleet);
         }
         watcher::Event::Apply(object) => {
+            listed.known.insert(ObjectRef::from(object));
             let changes = object.changes(&fleet);
             object.apply(&mut fleet);
             if changes {
@@ -222,18 +232,17 @@ fn index_event<K: Indexed>(
             }
         }
         watcher::Event::Delete(object) => {
-            object.remove(&mut fleet);
+            let gone = ObjectRef::from(object);
+            K::remove(&gone, &mut fleet);
+            listed.known.remove(&gone);
             return object.reaches(&fleet);
         }
         watcher::Event::InitDone => {
-            for gone in store
-                .state()
-                .iter()
-                .filter(|o| !relisted.contains(&ObjectRef::from(o.as_ref())))
-            {
-                gone.remove(&mut fleet);
+            let relisted = std::mem::take(&mut listed.relisted);
+            for gone in listed.known.difference(&relisted) {
+                K::remove(gone, &mut fleet);
             }
-            relisted.clear();
+            listed.known = relisted;
             K::flag(readiness).store(true, Ordering::Release);
         }
     }
@@ -245,30 +254,24 @@ fn watch_kind<K: Indexed>(
     fleet: Arc<RwLock<Fleet>>,
     readiness: Arc<Readiness>,
     changes: broadcast::Sender<ClusterKey>,
-) -> (Store<K>, impl Stream<Item = ()> + Send) {
-    let (store, writer) = reflector::store();
-    let reader = store.clone();
-    let mut relisted = HashSet::new();
-    let stream = watcher(Api::<K>::all(client), watcher::Config::default())
+) -> impl Stream<Item = ()> + Send {
+    let mut listed = Listed::default();
+    watcher(Api::<K>::all(client), watcher::Config::default())
         .default_backoff()
-        .map(move |event| {
-            // Index before the reflector applies the event, so `InitDone` still sees the old state.
-            if let Ok(event) = &event {
-                for cluster in index_event(event, &fleet, &reader, &mut relisted, &readiness) {
-                    // No receiver (not leading) is fine: nothing to reconcile then.
-                    let _ = changes.send(cluster);
+        .filter_map(move |event| {
+            match &event {
+                Ok(event) => {
+                    for cluster in index_event(event, &fleet, &mut listed, &readiness) {
+                        // No receiver (not leading) is fine: nothing to reconcile then.
+                        let _ = changes.send(cluster);
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, kind = %K::kind(&()), "watch error; retrying with backoff");
                 }
             }
-            event
+            futures::future::ready(None)
         })
-        .reflect(writer)
-        .filter_map(|event| async move {
-            if let Err(error) = event {
-                tracing::warn!(%error, kind = %K::kind(&()), "watch error; retrying with backoff");
-            }
-            None
-        });
-    (store, stream)
 }
 
 /// Starts the four watches; the returned future drives them and never completes on its own.
@@ -279,42 +282,33 @@ pub fn start(
     fleet: Arc<RwLock<Fleet>>,
     readiness: Arc<Readiness>,
     changes: broadcast::Sender<ClusterKey>,
-) -> (Stores, impl std::future::Future<Output = ()> + Send) {
-    let (images, image_events) = watch_kind::<ValkeyImage>(
+) -> impl std::future::Future<Output = ()> + Send {
+    let images = watch_kind::<ValkeyImage>(
         client.clone(),
         fleet.clone(),
         readiness.clone(),
         changes.clone(),
     );
-    let (configs, config_events) = watch_kind::<ValkeyConfig>(
+    let configs = watch_kind::<ValkeyConfig>(
         client.clone(),
         fleet.clone(),
         readiness.clone(),
         changes.clone(),
     );
-    let (roles, role_events) = watch_kind::<ValkeyRole>(
+    let roles = watch_kind::<ValkeyRole>(
         client.clone(),
         fleet.clone(),
         readiness.clone(),
         changes.clone(),
     );
-    let (clusters, cluster_events) = watch_kind::<ValkeyCluster>(client, fleet, readiness, changes);
-    let driver = async move {
+    let clusters = watch_kind::<ValkeyCluster>(client, fleet, readiness, changes);
+    async move {
         let merged = futures::stream::select_all([
-            image_events.boxed(),
-            config_events.boxed(),
-            role_events.boxed(),
-            cluster_events.boxed(),
+            images.boxed(),
+            configs.boxed(),
+            roles.boxed(),
+            clusters.boxed(),
         ]);
         merged.for_each(|()| async {}).await;
-    };
-    (
-        Stores {
-            images,
-            configs,
-            roles,
-            clusters,
-        },
-        driver,
-    )
+    }
 }

@@ -275,7 +275,7 @@ fn spawn_watches(
     state: &AppState,
 ) -> broadcast::Sender<ClusterKey> {
     let (changes, _) = broadcast::channel(4096);
-    let (_stores, watches) = caches::start(
+    let watches = caches::start(
         client.clone(),
         state.fleet.clone(),
         state.readiness.clone(),
