@@ -3,7 +3,10 @@
 //! one config, each Pod a real valkey-server:
 //!
 //! 1. create the fleet → every cluster Active: wall time, the operator's peak RSS and CPU, and
-//!    the API server's request rate (all clients, the test kubelet included);
+//!    the API server's request rate (all clients, the test kubelet included); and, to show where
+//!    the time goes on this 2-core machine, the CPU each program used (API server, etcd, the
+//!    valkey-servers, this process with its test kubelet, the operator) and the API requests
+//!    by verb and resource;
 //! 2. the fleet idle for a minute: the operator's CPU (% of one core) and the API requests;
 //! 3. one config patch → every cluster rolled: the same figures;
 //! 4. optionally, clusters whose Pods never start (an image the test kubelet has no binary
@@ -15,6 +18,7 @@
 // Test code reports failures by panicking; the house rules against it are for the product.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -66,21 +70,81 @@ fn converged(product: &Product, prefix: &str, version: &str) -> usize {
         .count()
 }
 
-/// The API server's request count so far (`apiserver_request_total`, every client).
-fn api_requests(product: &Product) -> f64 {
-    product
-        .kubectl(&["get", "--raw", "/metrics"])
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum()
+/// The API server's request counts so far (`apiserver_request_total`, every client), by
+/// `verb resource[/subresource]`.
+fn api_requests(product: &Product) -> BTreeMap<String, f64> {
+    let mut counts = BTreeMap::new();
+    let metrics = product.kubectl(&["get", "--raw", "/metrics"]);
+    for line in metrics.lines() {
+        let Some(labels) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = labels.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_owned())
+                .unwrap_or_default()
+        };
+        let mut kind = format!("{} {}", label("verb"), label("resource"));
+        let sub = label("subresource");
+        if !sub.is_empty() {
+            kind = format!("{kind}/{sub}");
+        }
+        *counts.entry(kind).or_default() += value.parse::<f64>().unwrap_or(0.0);
+    }
+    counts
+}
+
+/// CPU seconds used so far by each running program (by its process name), summed over its
+/// processes: where the time of this 2-core machine goes. A process that has exited is gone
+/// from the sum (retired valkey-servers: little).
+fn cpu_by_program() -> BTreeMap<String, f64> {
+    // USER_HZ, the unit of /proc/<pid>/stat's times, is 100 on Linux.
+    const TICKS: f64 = 100.0;
+    let mut programs = BTreeMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let (Some((head, after)), Some(open)) = (stat.rsplit_once(')'), stat.find('(')) else {
+            continue;
+        };
+        let name = head[open + 1..].to_owned();
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+        if let (Some(user), Some(system)) = (ticks(11), ticks(12)) {
+            *programs.entry(name).or_default() += (user + system) / TICKS;
+        }
+    }
+    programs
+}
+
+/// `after - before` per key, largest first, the first `n`.
+fn largest_growth(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    n: usize,
+) -> Vec<(String, f64)> {
+    let mut grown: Vec<(String, f64)> = after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d > 0.0)
+        .collect();
+    grown.sort_by(|a, b| b.1.total_cmp(&a.1));
+    grown.truncate(n);
+    grown
 }
 
 /// What the operator and the API server did over a phase.
 struct Phase {
     started: Instant,
     cpu: f64,
-    requests: f64,
+    requests: BTreeMap<String, f64>,
+    programs: BTreeMap<String, f64>,
     peak_kib: AtomicU64,
 }
 
@@ -90,6 +154,7 @@ impl Phase {
             started: Instant::now(),
             cpu: product.operator.cpu_seconds().unwrap_or(0.0),
             requests: api_requests(product),
+            programs: cpu_by_program(),
             peak_kib: AtomicU64::new(product.operator.resident_kib().unwrap_or(0)),
         }
     }
@@ -103,14 +168,31 @@ impl Phase {
     fn report(&self, product: &Product, what: &str) {
         let seconds = self.started.elapsed().as_secs_f64();
         let cpu = product.operator.cpu_seconds().unwrap_or(0.0) - self.cpu;
-        let requests = api_requests(product) - self.requests;
+        let requests = api_requests(product);
+        let by_kind = largest_growth(&self.requests, &requests, 10);
+        let total: f64 = requests.values().sum::<f64>() - self.requests.values().sum::<f64>();
+        let programs = largest_growth(&self.programs, &cpu_by_program(), 6);
         println!(
             "{what}: {seconds:.1} s; operator CPU {cpu:.1} s ({:.1}% of one core), peak RSS {:.0} MiB; \
              API server {:.1} requests/s",
             100.0 * cpu / seconds,
             self.peak_kib.load(Ordering::Relaxed) as f64 / 1024.0,
-            requests / seconds
+            total / seconds
         );
+        let cores = |cpu: f64| format!("{:.0}%", 100.0 * cpu / seconds);
+        let programs: Vec<String> = programs
+            .iter()
+            .map(|(name, cpu)| format!("{name} {}", cores(*cpu)))
+            .collect();
+        println!(
+            "    CPU by program (% of one core): {}",
+            programs.join(", ")
+        );
+        let kinds: Vec<String> = by_kind
+            .iter()
+            .map(|(kind, n)| format!("{kind} {:.0}", n))
+            .collect();
+        println!("    API requests by kind: {}", kinds.join(", "));
     }
 }
 
