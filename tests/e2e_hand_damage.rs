@@ -3,7 +3,9 @@
 //! replica joins first, the shard is handed over to it, and only then does the deleted node go
 //! (its Pod with it, forgotten by every peer): every slot stays served and no acknowledged
 //! write is lost. (Before, the node's Pod went at once with its data, its slots stayed assigned
-//! to the gone node, and the slot assignment failed in a loop.)
+//! to the gone node, and the slot assignment failed in a loop.) And the objects the cluster
+//! owns (its Service, PodDisruptionBudget and NetworkPolicy), which a settled cluster no longer
+//! applies on every pass, are put back within seconds when deleted by hand.
 
 // Test code reports failures by panicking; the house rules against it are for the product.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -121,4 +123,44 @@ async fn a_valkeynode_deleted_by_hand_is_replaced_before_it_goes_and_loses_nothi
         .into_values()
         .collect();
     wait_for_layout(&addresses, &[(0, 8192), (0, 8192)]).await;
+
+    for kind in ["service", "poddisruptionbudget", "networkpolicy"] {
+        let uid = |product: &Product| {
+            product
+                .try_kubectl(
+                    &[
+                        "get",
+                        kind,
+                        "ledger",
+                        "-n",
+                        "repair",
+                        "-o",
+                        "jsonpath={.metadata.uid}",
+                    ],
+                    None,
+                )
+                .1
+        };
+        let before = uid(&product);
+        assert!(!before.trim().is_empty(), "the cluster's {kind} exists");
+        let deleted = Instant::now();
+        product.kubectl(&["delete", kind, "ledger", "-n", "repair"]);
+        // Well under the 60 s requeue of a settled cluster: the deletion itself wakes it.
+        eventually(
+            &format!("the {kind} deleted by hand put back"),
+            Duration::from_secs(20),
+            async || {
+                let now = uid(&product);
+                if now.trim().is_empty() || now == before {
+                    return Err(format!("uid {now:?}"));
+                }
+                Ok(())
+            },
+        )
+        .await;
+        println!(
+            "{kind} deleted by hand: back after {:.1} s",
+            deleted.elapsed().as_secs_f64()
+        );
+    }
 }

@@ -29,12 +29,21 @@ pub struct Context {
     pub certificate_versions: super::live::CertificateVersions,
     /// Which live settings each node was last given.
     pub applied_settings: super::live::Applied,
+    /// What each cluster's Service, budget and NetworkPolicy were last applied as.
+    pub applied_owned: super::membership::AppliedObjects,
+    /// The clusters whose periodic pass asks only their Valkey nodes (see [`super::settled`]).
+    pub settled: super::settled::Settled,
     /// The last credentials read per cluster (see [`super::credentials::Known`]).
     pub known_credentials: super::credentials::Known,
+    /// The operator's Secrets' versions, from the Secret watch.
+    pub secret_versions: super::credentials::SecretVersions,
     /// When each cluster's rolling shards and joining replicas started, for the histograms.
     pub stopwatches: super::stopwatch::Stopwatches,
     /// Every cluster's standing in its fleet rollout (see [`super::rollouts`]).
     pub rollouts: Arc<super::rollouts::Rollouts>,
+    /// Wakes a cluster (the controller reconciles each key sent), e.g. a queued cluster of a
+    /// fleet rollout when a place frees.
+    pub wake: tokio::sync::broadcast::Sender<crate::fleet::ClusterKey>,
     /// The election's word, checked before acting (see [`super::leader::Leadership`]).
     pub leadership: tokio::sync::watch::Receiver<super::leader::Leadership>,
 }

@@ -5,7 +5,9 @@
 //!
 //! [`Known`] remembers the last credentials read per cluster, so a Secret deleted by a person
 //! comes back as a rotation from the passwords the nodes still have, not as new passwords that
-//! would lock the operator out.
+//! would lock the operator out. With the Secret's `resourceVersion` as the metadata watch last
+//! reported it ([`SecretVersions`]), it also spares the read: a pass whose Secret has not
+//! changed since it was read (and not been written by the operator since) uses what was read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -25,19 +27,68 @@ use crate::credentials::{
 };
 use crate::fleet::ClusterKey;
 
-/// The last credentials read for each cluster.
+/// The last credentials read for each cluster, with the Secret version they were read at
+/// (`None` once the operator wrote the Secret: what it wrote must be read back first).
 #[derive(Debug, Default)]
-pub struct Known(Mutex<HashMap<ClusterKey, SystemCredentials>>);
+pub struct Known(Mutex<HashMap<ClusterKey, (SystemCredentials, Option<ReadAt>)>>);
+
+/// The Secret as a pass read it: its version, whether a person asked for a rotation, and the
+/// `default` user its data was checked against (another one may need it rewritten).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ReadAt {
+    resource_version: String,
+    rotate_asked: bool,
+    default: DefaultUser,
+}
 
 impl Known {
     fn get(&self, cluster: &ClusterKey) -> Option<SystemCredentials> {
         let known = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        known.get(cluster).cloned()
+        known
+            .get(cluster)
+            .map(|(credentials, _)| credentials.clone())
     }
 
-    fn remember(&self, cluster: &ClusterKey, credentials: &SystemCredentials) {
+    /// What was read, if the Secret is still at the version `current` it was read at, and was
+    /// checked against the same `default`.
+    fn unchanged(
+        &self,
+        cluster: &ClusterKey,
+        current: Option<&str>,
+        default: DefaultUser,
+    ) -> Option<Read> {
+        let known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (credentials, at) = known.get(cluster)?;
+        let at = at.as_ref()?;
+        let same = Some(at.resource_version.as_str()) == current && at.default == default;
+        same.then(|| Read {
+            credentials: credentials.clone(),
+            rotate_asked: at.rotate_asked,
+        })
+    }
+
+    fn remember(
+        &self,
+        cluster: &ClusterKey,
+        read: &Read,
+        version: Option<String>,
+        default: DefaultUser,
+    ) {
+        let at = version.map(|resource_version| ReadAt {
+            resource_version,
+            rotate_asked: read.rotate_asked,
+            default,
+        });
         let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        known.insert(cluster.clone(), credentials.clone());
+        known.insert(cluster.clone(), (read.credentials.clone(), at));
+    }
+
+    /// The operator wrote the cluster's Secret: the next pass reads it again.
+    fn written(&self, cluster: &ClusterKey) {
+        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, at)) = known.get_mut(cluster) {
+            *at = None;
+        }
     }
 
     /// A new term of leadership: another replica may have rotated meanwhile.
@@ -71,12 +122,19 @@ pub async fn ensure(
     namespace: &str,
     default: DefaultUser,
     known: &Known,
+    versions: &SecretVersions,
     nodes_started_with_it: bool,
 ) -> Result<Read, Error> {
     let cluster = render.cluster;
     let key = ClusterKey::new(namespace, cluster.name_any());
     let name = secret_name(&cluster.name_any());
+    let current = versions.current(namespace, &name);
+    if let Some(read) = known.unchanged(&key, current.as_deref(), default) {
+        return Ok(read);
+    }
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    // The version read, unless this pass writes the Secret (then it is read back next pass).
+    let mut version = None;
     let problem = |problem: String| Error::Credentials {
         namespace: namespace.to_owned(),
         name: name.clone(),
@@ -120,6 +178,8 @@ pub async fn ensure(
                     false,
                 )
                 .await?;
+            } else {
+                version = secret.metadata.resource_version.clone();
             }
             Read {
                 credentials,
@@ -127,8 +187,37 @@ pub async fn ensure(
             }
         }
     };
-    known.remember(&key, &read.credentials);
+    known.remember(&key, &read, version, default);
     Ok(read)
+}
+
+/// The `resourceVersion` of each Secret the operator manages, as the metadata watch last
+/// reported it: a Secret still at the version a pass read it at need not be read again.
+#[derive(Debug, Default)]
+pub struct SecretVersions(Mutex<HashMap<(String, String), String>>);
+
+impl SecretVersions {
+    /// The watch saw the Secret at `version`, or deleted (`None`).
+    pub fn saw(&self, namespace: &str, name: &str, version: Option<String>) {
+        let mut versions = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (namespace.to_owned(), name.to_owned());
+        match version {
+            Some(version) => versions.insert(key, version),
+            None => versions.remove(&key),
+        };
+    }
+
+    fn current(&self, namespace: &str, name: &str) -> Option<String> {
+        let versions = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        versions
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// A new watch (a new term of leadership) reports every Secret again.
+    pub fn clear(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
 }
 
 /// Why a Secret that is gone cannot be made again.
@@ -155,6 +244,7 @@ pub async fn advance(
     read: &Read,
     everywhere: bool,
     default: DefaultUser,
+    known: &Known,
 ) -> Result<Option<&'static str>, Error> {
     let name = secret_name(cluster);
     let next = read
@@ -171,6 +261,7 @@ pub async fn advance(
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let before = read.credentials.to_data(default);
     let starting = read.credentials.rotation == Rotation::Steady;
+    known.written(&ClusterKey::new(namespace, cluster));
     write(&api, &name, before.keys(), &next.to_data(default), starting).await?;
     Ok(Some(match next.rotation {
         Rotation::Adding(_) => {
@@ -255,6 +346,46 @@ async fn write(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_is_reused_only_at_its_version_and_default_and_never_after_a_write() {
+        let known = Known::default();
+        let key = ClusterKey::new("shop", "orders");
+        let read = Read {
+            credentials: SystemCredentials::fresh().unwrap(),
+            rotate_asked: true,
+        };
+        let off = DefaultUser::Off;
+        known.remember(&key, &read, Some("5".into()), off);
+        let reused = known.unchanged(&key, Some("5"), off).expect("same version");
+        assert_eq!(reused.credentials, read.credentials);
+        assert!(reused.rotate_asked, "the rotation asked for is kept");
+        assert!(known.unchanged(&key, Some("6"), off).is_none(), "changed");
+        assert!(
+            known.unchanged(&key, None, off).is_none(),
+            "no version seen"
+        );
+        let other = DefaultUser::SlotSyncOnly;
+        assert!(
+            known.unchanged(&key, Some("5"), other).is_none(),
+            "another default"
+        );
+        known.written(&key);
+        assert!(
+            known.unchanged(&key, Some("5"), off).is_none(),
+            "written since"
+        );
+        assert_eq!(
+            known.get(&key),
+            Some(read.credentials.clone()),
+            "still remembered"
+        );
+        known.remember(&key, &read, None, off);
+        assert!(
+            known.unchanged(&key, Some("5"), off).is_none(),
+            "created, not read"
+        );
+    }
 
     #[test]
     fn a_deleted_secret_comes_back_as_a_rotation_from_what_the_nodes_have() {

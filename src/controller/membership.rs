@@ -6,7 +6,15 @@
 //!
 //! These run outside the planner, on every pass, because none of them is a step of a roll:
 //! each is idempotent, safe at any time, and finishes work a restart may have interrupted.
-//! The planner only sees their result.
+//! The planner only sees their result. The owned objects are the exception to "every pass":
+//! once applied, they are applied again only when they render differently, when one of them
+//! is deleted (a watch says so, see [`AppliedObjects::forget`]), or after
+//! [`super::live::REFRESH`], so a converged cluster costs the API server nothing for them.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Mutex;
+use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -17,40 +25,112 @@ use serde_json::json;
 
 use super::error::Error;
 use super::host::{KubeHost, MANAGER, NODE_FINALIZER, hold};
+use super::live::REFRESH;
 use super::observe::{REPLICA_OF_ANNOTATION, has_stopped};
 use super::render::{ClusterRender, role_label};
 use super::status::node_role;
 use crate::api::{NodeRole, ValkeyNode, labels};
+use crate::fleet::ClusterKey;
 use crate::roll::ObservedNode;
+
+/// What each cluster's owned objects were last applied as (a digest of the three rendered
+/// objects) and when. Cleared at each term of leadership, like every memory of writes.
+#[derive(Debug, Default)]
+pub struct AppliedObjects(Mutex<HashMap<ClusterKey, (u64, Instant)>>);
+
+impl AppliedObjects {
+    fn is_current(&self, cluster: &ClusterKey, digest: u64) -> bool {
+        self.is_current_at(cluster, digest, Instant::now())
+    }
+
+    fn is_current_at(&self, cluster: &ClusterKey, digest: u64, now: Instant) -> bool {
+        let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        applied.get(cluster).is_some_and(|(written, when)| {
+            *written == digest && now.saturating_duration_since(*when) < REFRESH
+        })
+    }
+
+    fn record(&self, cluster: &ClusterKey, digest: u64) {
+        let mut applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        applied.insert(cluster.clone(), (digest, Instant::now()));
+    }
+
+    /// The cluster's objects are applied again at its next pass (one was deleted, or the
+    /// cluster was).
+    pub fn forget(&self, cluster: &ClusterKey) {
+        let mut applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        applied.remove(cluster);
+    }
+
+    /// A new term of leadership: another replica may have written meanwhile.
+    pub fn clear(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+/// A digest of the objects as rendered (their owner's uid included, so a cluster recreated
+/// under the same name applies them again).
+fn digest_of(objects: &[serde_json::Value]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    for object in objects {
+        object.to_string().hash(&mut hasher);
+    }
+    hasher.finish()
+}
 
 /// Server-side applies the cluster's headless Service, PodDisruptionBudget (sized for the
 /// Pods the cluster has now, see [`ClusterRender::disruption_budget`]) and NetworkPolicy, each
 /// only if no object of that name exists or the existing one is this cluster's: a force-apply
 /// would otherwise take over an object someone else owns (and garbage collection would delete
 /// it later). A NetworkPolicy that is someone else's is returned rather than failing the pass.
+///
+/// Nothing is sent when the three render as they were last applied (see [`AppliedObjects`]).
 pub async fn apply_owned_objects(
     client: &kube::Client,
+    applied: &AppliedObjects,
     render: &ClusterRender<'_>,
     host: &KubeHost<'_>,
-    namespace: &str,
     operator_namespace: &str,
 ) -> Result<Option<Error>, Error> {
+    let service = render.headless_service();
+    let budget = render.disruption_budget(serving_pods(host));
+    let policy = render.network_policy(operator_namespace);
+    let key = ClusterKey::new(
+        service.namespace().unwrap_or_default(),
+        render.cluster.name_any(),
+    );
+    let rendered = [
+        serde_json::to_value(&service),
+        serde_json::to_value(&budget),
+        serde_json::to_value(&policy),
+    ];
+    let digest = rendered
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .ok()
+        .map(|objects| digest_of(&objects));
+    if digest.is_some_and(|d| applied.is_current(&key, d)) {
+        return Ok(None);
+    }
+    let namespace = key.namespace.as_str();
     let owner = render.owner_uid();
     let services = Api::<Service>::namespaced(client.clone(), namespace);
-    apply_if_ours(&services, render.headless_service(), owner).await?;
+    apply_if_ours(&services, service, owner).await?;
     let budgets = Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace);
-    apply_if_ours(
-        &budgets,
-        render.disruption_budget(serving_pods(host)),
-        owner,
-    )
-    .await?;
+    apply_if_ours(&budgets, budget, owner).await?;
     // A policy of that name that is not the cluster's is no reason to stop managing the
-    // cluster (an upgrade may meet one a person made): it is left alone and returned, to say.
+    // cluster (an upgrade may meet one a person made): it is left alone and returned, to say
+    // (and looked at again next pass, so the conflict is said until it is resolved).
     let policies = Api::<NetworkPolicy>::namespaced(client.clone(), namespace);
-    match apply_if_ours(&policies, render.network_policy(operator_namespace), owner).await {
+    match apply_if_ours(&policies, policy, owner).await {
         Err(conflict @ Error::NotOurs { .. }) => Ok(Some(conflict)),
-        other => other.map(|()| None),
+        Err(error) => Err(error),
+        Ok(()) => {
+            if let Some(digest) = digest {
+                applied.record(&key, digest);
+            }
+            Ok(None)
+        }
     }
 }
 
@@ -210,6 +290,47 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     use super::*;
+
+    #[test]
+    fn owned_objects_are_applied_again_only_when_changed_forgotten_or_old() {
+        let applied = AppliedObjects::default();
+        let orders = ClusterKey::new("shop", "orders");
+        let now = Instant::now();
+        assert!(!applied.is_current_at(&orders, 7, now), "never applied");
+        applied.record(&orders, 7);
+        assert!(applied.is_current_at(&orders, 7, now));
+        assert!(
+            !applied.is_current_at(&orders, 8, now),
+            "renders differently"
+        );
+        assert!(
+            !applied.is_current_at(&orders, 7, Instant::now() + REFRESH),
+            "trusted for REFRESH only"
+        );
+        applied.forget(&orders);
+        assert!(!applied.is_current_at(&orders, 7, now), "one was deleted");
+        applied.record(&orders, 7);
+        applied.clear();
+        assert!(
+            !applied.is_current_at(&orders, 7, now),
+            "a new term trusts nothing"
+        );
+    }
+
+    #[test]
+    fn the_digest_follows_the_rendered_objects() {
+        let a = serde_json::json!({"metadata": {"ownerReferences": [{"uid": "1"}]}});
+        let b = serde_json::json!({"metadata": {"ownerReferences": [{"uid": "2"}]}});
+        assert_eq!(
+            digest_of(std::slice::from_ref(&a)),
+            digest_of(std::slice::from_ref(&a))
+        );
+        assert_ne!(
+            digest_of(&[a]),
+            digest_of(&[b]),
+            "a recreated cluster applies again"
+        );
+    }
 
     fn service_owned_by(uid: &str, controller: Option<bool>) -> Service {
         let mut service = Service::default();

@@ -26,19 +26,23 @@ pub mod reconcile;
 pub mod render;
 pub mod rollouts;
 pub mod secrets;
+pub mod settled;
 pub mod status;
 pub mod stopwatch;
 
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::{broadcast, watch};
 
 use crate::api::{ValkeyCluster, ValkeyNode, labels};
@@ -50,49 +54,154 @@ use context::{Backoff, Context};
 use error::Error;
 use leader::Leadership;
 
+/// The cluster a watch event reaches, unsettled first (see [`settled`]): the pass the event
+/// wakes is a full one.
+fn woken(context: &Context, key: ClusterKey) -> ObjectRef<ValkeyCluster> {
+    context.settled.unsettle(&key);
+    ObjectRef::new(&key.name).within(&key.namespace)
+}
+
 /// The clusters sent on the channel, as the controller's object references.
 fn cluster_refs(
     changes: broadcast::Receiver<ClusterKey>,
+    context: Arc<Context>,
 ) -> impl futures::Stream<Item = ObjectRef<ValkeyCluster>> + Send + 'static {
-    futures::stream::unfold(changes, |mut changes| async move {
-        loop {
-            match changes.recv().await {
-                Ok(key) => {
-                    return Some((ObjectRef::new(&key.name).within(&key.namespace), changes));
+    futures::stream::unfold(changes, move |mut changes| {
+        let context = context.clone();
+        async move {
+            loop {
+                match changes.recv().await {
+                    Ok(key) => {
+                        return Some((woken(&context, key), changes));
+                    }
+                    // Missed some: each missed cluster is still reconciled by its periodic requeue.
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::warn!(
+                            missed,
+                            "fleet changes arrived faster than the controller took them"
+                        );
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
                 }
-                // Missed some: each missed cluster is still reconciled by its periodic requeue.
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    tracing::warn!(
-                        missed,
-                        "fleet changes arrived faster than the controller took them"
-                    );
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
             }
         }
     })
 }
 
+/// What of a cluster the controller's own watch wakes it for: what a person (or the API
+/// server, marking it deleted) changed. Not the operator's own status writes: every pass
+/// requeues itself, and a status write waking its cluster again would double the passes of a
+/// fleet in a roll.
+fn changed_by_person(cluster: &ValkeyCluster) -> Option<u64> {
+    let mut hasher = DefaultHasher::new();
+    cluster.metadata.generation.hash(&mut hasher);
+    cluster.labels().hash(&mut hasher);
+    cluster.annotations().hash(&mut hasher);
+    cluster.finalizers().hash(&mut hasher);
+    let deleting = cluster.metadata.deletion_timestamp.as_ref();
+    deleting.map(|t| t.0.to_string()).hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// What the controller's cache keeps of a cluster: no field-manager history and no status (a
+/// pass reads the status fresh, see [`observe::read_status`]), so a large fleet costs little.
+fn slim(cluster: &mut ValkeyCluster) {
+    cluster.metadata.managed_fields = None;
+    cluster.status = None;
+}
+
 /// The ValkeyCluster a Pod of ours belongs to, by its cluster label.
-fn cluster_of_pod(pod: Pod) -> Option<ObjectRef<ValkeyCluster>> {
+fn cluster_of_pod(pod: &Pod) -> Option<ClusterKey> {
     let cluster = pod.labels().get(labels::CLUSTER)?;
-    Some(ObjectRef::new(cluster).within(&pod.namespace()?))
+    Some(ClusterKey::new(pod.namespace()?, cluster.clone()))
 }
 
 /// The clusters whose users read a Secret (the fleet index keeps the edges).
-fn clusters_reading(
-    fleet: &RwLock<Fleet>,
-    secret: &PartialObjectMeta<Secret>,
-) -> Vec<ObjectRef<ValkeyCluster>> {
+fn clusters_reading(fleet: &RwLock<Fleet>, secret: &PartialObjectMeta<Secret>) -> Vec<ClusterKey> {
     let (Some(namespace), Some(name)) = (&secret.metadata.namespace, &secret.metadata.name) else {
         return Vec::new();
     };
     let fleet = fleet.read().unwrap_or_else(|p| p.into_inner());
-    fleet
-        .clusters_using_secret(namespace, name)
-        .into_iter()
-        .map(|key| ObjectRef::new(&key.name).within(&key.namespace))
-        .collect()
+    fleet.clusters_using_secret(namespace, name)
+}
+
+/// The ValkeyCluster that controls `object`, by its controller ownerReference.
+fn controlling_cluster<K: Resource>(object: &K) -> Option<ClusterKey> {
+    let owner = object
+        .meta()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true) && r.kind == ValkeyCluster::kind(&()))?;
+    let namespace = object.meta().namespace.clone()?;
+    Some(ClusterKey::new(namespace, owner.name.clone()))
+}
+
+/// Deletions of objects the operator manages of kind `K` (metadata only; the owned Service,
+/// budget and NetworkPolicy): each one's cluster forgets having applied them, so the pass the
+/// deletion wakes applies them again rather than trusting its record (see
+/// [`membership::AppliedObjects`]).
+fn deleted_owned<K>(
+    client: &Client,
+    context: Arc<Context>,
+    managed: watcher::Config,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    watcher(Api::<PartialObjectMeta<K>>::all(client.clone()), managed)
+        .default_backoff()
+        .filter_map(move |event| {
+            let deleted = match event {
+                Ok(watcher::Event::Delete(object)) => {
+                    if let Some(cluster) = controlling_cluster(&object) {
+                        context.applied_owned.forget(&cluster);
+                        context.settled.unsettle(&cluster);
+                    }
+                    Some(Ok(object))
+                }
+                Ok(_) => None,
+                Err(error) => Some(Err(error)),
+            };
+            futures::future::ready(deleted)
+        })
+}
+
+/// The cluster to wake for an object it controls.
+fn cluster_ref<K: Resource>(object: PartialObjectMeta<K>) -> Option<ObjectRef<ValkeyCluster>> {
+    let key = controlling_cluster(&object)?;
+    Some(ObjectRef::new(&key.name).within(&key.namespace))
+}
+
+/// Keeps [`credentials::SecretVersions`] current for the Secrets the operator manages (its
+/// label), so a credentials Secret that has not changed is not read again.
+fn note_secret_version(context: &Context, event: &watcher::Event<PartialObjectMeta<Secret>>) {
+    let managed = |secret: &PartialObjectMeta<Secret>| {
+        secret.labels().get(labels::MANAGED_BY).map(String::as_str)
+            == Some(labels::MANAGED_BY_VALUE)
+    };
+    let versions = &context.secret_versions;
+    let (secret, present) = match event {
+        watcher::Event::Apply(secret) | watcher::Event::InitApply(secret) => (secret, true),
+        watcher::Event::Delete(secret) => (secret, false),
+        watcher::Event::Init | watcher::Event::InitDone => return,
+    };
+    let (Some(namespace), Some(name)) = (&secret.metadata.namespace, &secret.metadata.name) else {
+        return;
+    };
+    // One that lost the label is forgotten too: no version means it is read each pass.
+    let version = secret.metadata.resource_version.clone();
+    versions.saw(
+        namespace,
+        name,
+        version.filter(|_| present && managed(secret)),
+    );
 }
 
 /// Requeue after a failure by its cause: an invalid object waits for a change; anything else
@@ -127,10 +236,14 @@ pub async fn run(
         applied_acl: Default::default(),
         applied_tls: Default::default(),
         applied_settings: Default::default(),
+        applied_owned: Default::default(),
+        settled: Default::default(),
         certificate_versions: Default::default(),
         known_credentials: Default::default(),
+        secret_versions: Default::default(),
         stopwatches: Default::default(),
         rollouts: Default::default(),
+        wake: changes.clone(),
         leadership: leading.clone(),
     });
     loop {
@@ -142,7 +255,10 @@ pub async fn run(
         context.applied_acl.clear();
         context.applied_tls.clear();
         context.applied_settings.clear();
+        context.applied_owned.clear();
+        context.settled.clear();
         context.known_credentials.clear();
+        context.secret_versions.clear();
         context.stopwatches.clear();
         context.rollouts.clear();
         context.metrics.leading(true);
@@ -155,37 +271,93 @@ pub async fn run(
             labels::MANAGED_BY,
             labels::MANAGED_BY_VALUE
         ));
-        let controller = Controller::new(
+        let (cached, cache) = reflector::store();
+        let clusters = watcher(
             Api::<ValkeyCluster>::all(client.clone()),
             watcher::Config::default(),
         )
-        .owns(
-            Api::<ValkeyNode>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        // A Pod's owner is its ValkeyNode, so `owns` would never map it to its cluster: the
-        // cluster label does. A Pod that terminates must wake its cluster at once (its shard
-        // is taken over), not at the next periodic requeue.
-        .watches(Api::<Pod>::all(client.clone()), managed, cluster_of_pod)
-        // A Secret a cluster's users name changed: that cluster's users are written again.
-        // Metadata only: Secret data is read when needed, never cached.
-        .watches_stream(
-            watcher(
-                Api::<PartialObjectMeta<Secret>>::all(client.clone()),
+        .default_backoff()
+        .modify(slim)
+        .reflect(cache)
+        .applied_objects()
+        .predicate_filter(changed_by_person, PredicateConfig::default())
+        .inspect({
+            let context = context.clone();
+            move |changed| {
+                if let Ok(cluster) = changed {
+                    let key = ClusterKey::new(
+                        cluster.namespace().unwrap_or_default(),
+                        cluster.name_any(),
+                    );
+                    context.settled.unsettle(&key);
+                }
+            }
+        });
+        let controller = Controller::for_stream(clusters, cached)
+            // A cluster's ValkeyNodes, by their controller ownerReference.
+            .watches(
+                Api::<ValkeyNode>::all(client.clone()),
                 watcher::Config::default(),
+                {
+                    let context = context.clone();
+                    move |node| Some(woken(&context, controlling_cluster(&node)?))
+                },
             )
-            .default_backoff()
-            .touched_objects(),
-            {
-                let fleet = fleet.clone();
-                move |secret| clusters_reading(&fleet, &secret)
-            },
-        )
-        // Config and image changes arrive from the fleet index (caches.rs) once it reflects
-        // them, as the clusters they reach.
-        .reconcile_on(cluster_refs(changes.subscribe()))
-        .run(reconcile::reconcile, error_policy, context.clone())
-        .for_each(|_| async {});
+            // A Pod's owner is its ValkeyNode, so an ownerReference would never map it to its
+            // cluster: the cluster label does. A Pod that terminates must wake its cluster at
+            // once (its shard is taken over), not at the next periodic requeue.
+            .watches(Api::<Pod>::all(client.clone()), managed.clone(), {
+                let context = context.clone();
+                move |pod| Some(woken(&context, cluster_of_pod(&pod)?))
+            })
+            // The owned objects are applied only when they change (membership::AppliedObjects):
+            // one deleted by hand is put back at once.
+            .watches_stream(
+                deleted_owned::<Service>(&client, context.clone(), managed.clone()),
+                cluster_ref,
+            )
+            .watches_stream(
+                deleted_owned::<PodDisruptionBudget>(&client, context.clone(), managed.clone()),
+                cluster_ref,
+            )
+            .watches_stream(
+                deleted_owned::<NetworkPolicy>(&client, context.clone(), managed),
+                cluster_ref,
+            )
+            // A Secret a cluster's users name changed: that cluster's users are written again.
+            // Metadata only: Secret data is read when needed, never cached.
+            .watches_stream(
+                watcher(
+                    Api::<PartialObjectMeta<Secret>>::all(client.clone()),
+                    watcher::Config::default(),
+                )
+                .default_backoff()
+                .inspect({
+                    let context = context.clone();
+                    move |event| {
+                        if let Ok(event) = event {
+                            note_secret_version(&context, event);
+                        }
+                    }
+                })
+                .touched_objects(),
+                {
+                    let fleet = fleet.clone();
+                    let context = context.clone();
+                    move |secret| {
+                        let reading = clusters_reading(&fleet, &secret);
+                        reading
+                            .into_iter()
+                            .map(|key| woken(&context, key))
+                            .collect::<Vec<_>>()
+                    }
+                },
+            )
+            // Config and image changes arrive from the fleet index (caches.rs) once it reflects
+            // them, as the clusters they reach.
+            .reconcile_on(cluster_refs(changes.subscribe(), context.clone()))
+            .run(reconcile::reconcile, error_policy, context.clone())
+            .for_each(|_| async {});
         // Losing the Lease drops the controller and with it every reconcile in flight (a slot
         // migration's wait, a pass acting on old observations), not only the ones to come.
         let fleet_status = rollouts::write_fleet_status(

@@ -15,6 +15,9 @@
 //!
 //! Membership and act run only while this replica's leadership still holds by its own clock
 //! ([`Context::fence`]): a pass that outlived it (a paused process) writes nothing to Valkey.
+//!
+//! A settled cluster's periodic pass is none of that: it asks its Valkey nodes only, and goes
+//! on to the full pipeline when they answer differently (see [`super::settled`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,21 +34,22 @@ use super::context::Context;
 use super::error::Error;
 use super::events::{ClusterEvent, publish};
 use super::host::{KubeHost, MANAGER, delete_node};
+use super::live::Reloads;
 use super::observe::{StoredStatus, memory_of, read_nodes, read_status};
 use super::render::ClusterRender;
 use super::status::{
     ConditionType, PassReport, Reason, acl_applied, degraded, newly_failing, progress,
     set_condition, summarize,
 };
-use super::{act, credentials, live, membership, rollouts, secrets};
+use super::{act, credentials, live, membership, rollouts, secrets, settled};
 use crate::api::annotations::RETRY_FAILOVERS;
 use crate::api::bounds::{Problem, cluster_problems};
 use crate::api::{ValkeyCluster, ValkeyClusterStatus};
-use crate::credentials::{DefaultUser, secret_name};
+use crate::credentials::{DefaultUser, Rotation, secret_name};
 use crate::execute::{self, NodeHost, StepInputs, observe::observe};
 use crate::fleet::ClusterKey;
 use crate::resolve::{self, EffectiveConfig};
-use crate::roll::{DesiredShape, RollMemory, Step, WaitReason, plan};
+use crate::roll::{DesiredShape, JoinBlocker, RollMemory, Step, WaitReason, plan};
 use crate::valkey::Reach;
 use crate::words::first_of;
 
@@ -70,8 +74,28 @@ pub async fn reconcile(cluster: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result
     result
 }
 
+/// A settled cluster's periodic pass: what its Valkey nodes say, and nothing else while they
+/// say the same (the node gauges are refreshed from it). `None`: a full pass is needed.
+async fn light_pass(ctx: &Context, cluster: &ValkeyCluster) -> Option<Action> {
+    let key = cluster_key(cluster);
+    let view = ctx.settled.view(&key)?;
+    let observed = observe(&view.members, &view.reach).await;
+    if settled::fingerprint(&observed) != view.fingerprint {
+        ctx.settled.unsettle(&key);
+        return None;
+    }
+    let converged = Step::Converged;
+    let progress = progress(&view.desired, &observed, &converged);
+    ctx.metrics
+        .roll_progress(&key.namespace, &key.name, &progress);
+    Some(requeue_after(&converged))
+}
+
 /// The pipeline of a cluster that is not being deleted.
 async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> {
+    if let Some(settled) = light_pass(ctx, cluster).await {
+        return Ok(settled);
+    }
     let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
     let stored = read_status(ctx, cluster).await?;
     let problems = cluster_problems(&cluster.name_any(), &cluster.spec);
@@ -118,6 +142,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         &namespace,
         default,
         &ctx.known_credentials,
+        &ctx.secret_versions,
         nodes
             .pods
             .values()
@@ -185,6 +210,10 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
             plan(&desired, &observed, &memory),
         )
     };
+    for queued in ctx.rollouts.take_wakes() {
+        // No receiver only while the controller is not running: nothing to wake then.
+        let _ = ctx.wake.send(queued);
+    }
     ctx.metrics.roll_progress(
         &namespace,
         &cluster.name_any(),
@@ -215,6 +244,8 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         &desired,
     );
     let members = host.members();
+    // Whether nothing is left to do on the nodes: with a converged step, the cluster settles.
+    let mut quiet = false;
     // Users on every pass, so a removed user or rotated password holds during a long roll.
     let applied = live::apply_acl(
         &ctx.applied_acl,
@@ -225,6 +256,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         &reach,
     )
     .await;
+    let rotation_quiet = login.credentials.rotation == Rotation::Steady && !login.rotate_asked;
     let rotated = credentials::advance(
         &ctx.client,
         &namespace,
@@ -232,6 +264,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         &login,
         applied.everywhere,
         default,
+        &ctx.known_credentials,
     )
     .await;
     match rotated {
@@ -239,6 +272,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
             let event = ClusterEvent::CredentialsRotation { stage };
             publish(&ctx.recorder, cluster, &event).await;
         }
+        Ok(None) if rotation_quiet => quiet = true,
         Ok(None) => {}
         // Tried again next pass; the nodes keep accepting both passwords meanwhile.
         Err(error) => {
@@ -259,6 +293,8 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         let name = cluster.name_any();
         ctx.metrics
             .node_certificate_reloads(&namespace, &name, reloads.ok, reloads.failed);
+        // Reloads repeat each pass for a while after a Secret change.
+        quiet &= reloads == Reloads::default();
     }
     let acl = acl_applied(&unbuilt, &applied.refusals);
     if newly_failing(&stored.status.conditions, &acl) {
@@ -298,8 +334,13 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         cluster.metadata.generation,
         now,
     );
-    write_status(ctx, cluster, status).await?;
+    write_status(ctx, cluster, &stored.status, status).await?;
     acted?;
+    if quiet && applied.everywhere && matches!(step, Step::Converged) {
+        let key = cluster_key(cluster);
+        ctx.settled
+            .settle(&key, members, reach.clone(), desired.clone(), &observed);
+    }
     // Only a pass that got this far resets the backoff: one waiting for its config keeps it.
     ctx.backoff.succeeded(&cluster_key(cluster));
     Ok(requeue_after(&step))
@@ -381,9 +422,14 @@ async fn prepare(
     reach: &Reach,
 ) -> Result<Vec<crate::roll::ObservedNode>, Error> {
     let operator_namespace = &ctx.settings.operator_namespace;
-    let conflict =
-        membership::apply_owned_objects(&ctx.client, render, host, namespace, operator_namespace)
-            .await?;
+    let conflict = membership::apply_owned_objects(
+        &ctx.client,
+        &ctx.applied_owned,
+        render,
+        host,
+        operator_namespace,
+    )
+    .await?;
     if let Some(conflict) = conflict {
         tracing::warn!(cluster = %render.cluster.name_any(), %conflict, "NetworkPolicy not applied");
         let problem = conflict.to_string();
@@ -414,15 +460,26 @@ fn desired_shape(cluster: &ValkeyCluster, render: &ClusterRender<'_>) -> Desired
     }
 }
 
-/// Requeue by cause: soon while a step is in flight, slowly once settled.
+/// Requeue by cause: soon while a step is in flight, slowly once settled, and slowly too
+/// where a watch wakes the cluster when what it waits for happens.
 fn requeue_after(step: &Step) -> Action {
     Action::requeue(match step {
         Step::Converged => Duration::from_secs(60),
         Step::Stalled { .. } => Duration::from_secs(5),
-        // Its place comes when another cluster moves on, which this pass does not see.
+        // Its place comes when another cluster of its group finishes or recovers, which wakes
+        // it (`Rollouts::take_wakes`); the requeue only covers a new leader still learning.
         Step::Wait {
             reason: WaitReason::Rollout(_),
-        } => Duration::from_secs(3),
+        } => Duration::from_secs(30),
+        // A node whose server does not answer yet: its Pod turning ready wakes the cluster
+        // (the Pod watch).
+        Step::Wait {
+            reason:
+                WaitReason::Joining {
+                    blocker: JoinBlocker::Unreachable,
+                    ..
+                },
+        } => Duration::from_secs(5),
         Step::Wait { .. } => Duration::from_secs(1),
         _ => Duration::from_millis(200),
     })
@@ -447,6 +504,8 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     ctx.applied_acl.forget(&cluster_key(cluster));
     ctx.applied_tls.forget(&cluster_key(cluster));
     ctx.applied_settings.forget(&cluster_key(cluster));
+    ctx.applied_owned.forget(&cluster_key(cluster));
+    ctx.settled.unsettle(&cluster_key(cluster));
     ctx.certificate_versions.forget(&cluster_key(cluster));
     ctx.known_credentials.forget(&cluster_key(cluster));
     Ok(Action::await_change())
@@ -471,7 +530,7 @@ async fn write_degraded(
         cluster.metadata.generation,
         now,
     );
-    write_status(ctx, cluster, status).await
+    write_status(ctx, cluster, stored, status).await
 }
 
 /// Acts once on a person's [`RETRY_FAILOVERS`] annotation naming this roll's revision: every
@@ -511,27 +570,36 @@ async fn allow_more_failovers(
     Ok(())
 }
 
-/// Writes the status by server-side apply under the controller's field manager. The roll
-/// memory is left out: it has its own manager (see [`super::host`]).
+/// Writes the status by server-side apply under the controller's field manager, unless it is
+/// what `stored` (read at the start of this pass) already says: a settled cluster's passes
+/// write nothing. The roll memory is left out: it has its own manager (see [`super::host`]).
 async fn write_status(
     ctx: &Context,
     cluster: &ValkeyCluster,
+    stored: &ValkeyClusterStatus,
     mut status: ValkeyClusterStatus,
 ) -> Result<(), Error> {
     status.roll = None;
     let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
-    let api: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &namespace);
-    let patch = json!({
-        "apiVersion": ValkeyCluster::api_version(&()),
-        "kind": ValkeyCluster::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        &cluster.name_any(),
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
+    let unchanged = status
+        == ValkeyClusterStatus {
+            roll: None,
+            ..stored.clone()
+        };
+    if !unchanged {
+        let api: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+        let patch = json!({
+            "apiVersion": ValkeyCluster::api_version(&()),
+            "kind": ValkeyCluster::kind(&()),
+            "status": status,
+        });
+        api.patch_status(
+            &cluster.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    }
     let degraded = status
         .conditions
         .iter()
