@@ -61,25 +61,31 @@ fn woken(context: &Context, key: ClusterKey) -> ObjectRef<ValkeyCluster> {
     ObjectRef::new(&key.name).within(&key.namespace)
 }
 
-/// The clusters sent on the channel, as the controller's object references.
+/// The clusters sent on the channel, as the controller's object references. When some were
+/// missed (a change reaching more clusters than the channel holds), every cluster is
+/// unsettled and a unit is sent on `missed`: the controller then reconciles them all, fully.
 fn cluster_refs(
     changes: broadcast::Receiver<ClusterKey>,
     context: Arc<Context>,
+    missed: futures::channel::mpsc::UnboundedSender<()>,
 ) -> impl futures::Stream<Item = ObjectRef<ValkeyCluster>> + Send + 'static {
     futures::stream::unfold(changes, move |mut changes| {
         let context = context.clone();
+        let missed = missed.clone();
         async move {
             loop {
                 match changes.recv().await {
                     Ok(key) => {
                         return Some((woken(&context, key), changes));
                     }
-                    // Missed some: each missed cluster is still reconciled by its periodic requeue.
-                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    Err(broadcast::error::RecvError::Lagged(count)) => {
                         tracing::warn!(
-                            missed,
-                            "fleet changes arrived faster than the controller took them"
+                            missed = count,
+                            "fleet changes arrived faster than the controller took them: reconciling every cluster"
                         );
+                        context.settled.clear();
+                        // No receiver only once the controller has stopped.
+                        let _ = missed.unbounded_send(());
                     }
                     Err(broadcast::error::RecvError::Closed) => return None,
                 }
@@ -271,6 +277,7 @@ pub async fn run(
             labels::MANAGED_BY,
             labels::MANAGED_BY_VALUE
         ));
+        let (missed, missed_changes) = futures::channel::mpsc::unbounded();
         let (cached, cache) = reflector::store();
         let clusters = watcher(
             Api::<ValkeyCluster>::all(client.clone()),
@@ -355,7 +362,8 @@ pub async fn run(
             )
             // Config and image changes arrive from the fleet index (caches.rs) once it reflects
             // them, as the clusters they reach.
-            .reconcile_on(cluster_refs(changes.subscribe(), context.clone()))
+            .reconcile_on(cluster_refs(changes.subscribe(), context.clone(), missed))
+            .reconcile_all_on(missed_changes)
             .run(reconcile::reconcile, error_policy, context.clone())
             .for_each(|_| async {});
         // Losing the Lease drops the controller and with it every reconcile in flight (a slot

@@ -96,6 +96,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     if let Some(settled) = light_pass(ctx, cluster).await {
         return Ok(settled);
     }
+    let began = ctx.settled.begin();
     let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
     let stored = read_status(ctx, cluster).await?;
     let problems = cluster_problems(&cluster.name_any(), &cluster.spec);
@@ -338,8 +339,14 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     acted?;
     if quiet && applied.everywhere && matches!(step, Step::Converged) {
         let key = cluster_key(cluster);
-        ctx.settled
-            .settle(&key, members, reach.clone(), desired.clone(), &observed);
+        ctx.settled.settle(
+            &key,
+            began,
+            members,
+            reach.clone(),
+            desired.clone(),
+            &observed,
+        );
     }
     // Only a pass that got this far resets the backoff: one waiting for its config keeps it.
     ctx.backoff.succeeded(&cluster_key(cluster));
@@ -505,7 +512,7 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     ctx.applied_tls.forget(&cluster_key(cluster));
     ctx.applied_settings.forget(&cluster_key(cluster));
     ctx.applied_owned.forget(&cluster_key(cluster));
-    ctx.settled.unsettle(&cluster_key(cluster));
+    ctx.settled.forget(&cluster_key(cluster));
     ctx.certificate_versions.forget(&cluster_key(cluster));
     ctx.known_credentials.forget(&cluster_key(cluster));
     Ok(Action::await_change())

@@ -9,7 +9,9 @@
 //! full one: its spec, labels or annotations; its ValkeyNodes, Pods or owned objects; a Secret
 //! it reads; a config or image it resolves through. So do a different answer from Valkey, a
 //! new term of leadership and [`REFRESH`] (after which the users and owned objects are written
-//! again anyway).
+//! again anyway). An event that arrives while a full pass is reading keeps its cluster
+//! unsettled: the pass began before it ([`PassStart`]), so what it read may be older than the
+//! event, and it does not settle the cluster at its end.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -32,19 +34,60 @@ pub struct SettledView {
     since: Instant,
 }
 
-/// The settled clusters, by key.
+/// When a full pass began, by the [`Settled`] clock: a pass may settle its cluster only if
+/// nothing unsettled it since (a watch event that arrived while the pass was reading would
+/// otherwise be forgotten by the settle at its end).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PassStart(u64);
+
+/// The settled clusters, by key, and when each unsettled one was last unsettled.
 #[derive(Debug, Default)]
-pub struct Settled(Mutex<HashMap<ClusterKey, SettledView>>);
+pub struct Settled(Mutex<Book>);
+
+#[derive(Debug, Default)]
+struct Book {
+    /// Ticks on every start and every unsettle, so the two can be ordered.
+    clock: u64,
+    views: HashMap<ClusterKey, SettledView>,
+    /// Unsettled since their last settle; dropped again when they settle.
+    unsettled_at: HashMap<ClusterKey, u64>,
+    /// The last [`Settled::clear`]: a pass begun before it settles nothing.
+    cleared_at: u64,
+}
+
+impl Book {
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+}
 
 impl Settled {
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A full pass of some cluster begins now.
+    pub fn begin(&self) -> PassStart {
+        PassStart(self.book().tick())
+    }
+
+    /// Settles `cluster` with what its pass found, unless something unsettled it after the
+    /// pass began. Returns whether it settled.
     pub fn settle(
         &self,
         cluster: &ClusterKey,
+        began: PassStart,
         members: Vec<Member>,
         reach: Reach,
         desired: DesiredShape,
         observed: &[ObservedNode],
-    ) {
+    ) -> bool {
+        let mut book = self.book();
+        let unsettled = book.unsettled_at.get(cluster).copied().unwrap_or(0);
+        if unsettled > began.0 || book.cleared_at > began.0 {
+            return false;
+        }
         let view = SettledView {
             members,
             reach,
@@ -52,8 +95,9 @@ impl Settled {
             fingerprint: fingerprint(observed),
             since: Instant::now(),
         };
-        let mut settled = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        settled.insert(cluster.clone(), view);
+        book.unsettled_at.remove(cluster);
+        book.views.insert(cluster.clone(), view);
+        true
     }
 
     /// The cluster's view while it is settled and not older than [`REFRESH`].
@@ -62,20 +106,34 @@ impl Settled {
     }
 
     fn view_at(&self, cluster: &ClusterKey, now: Instant) -> Option<SettledView> {
-        let settled = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let view = settled.get(cluster)?;
+        let book = self.book();
+        let view = book.views.get(cluster)?;
         (now.saturating_duration_since(view.since) < REFRESH).then(|| view.clone())
     }
 
-    /// Something about the cluster changed: its next pass is a full one.
+    /// Something about the cluster changed: its next pass is a full one, and a pass in
+    /// flight does not settle it.
     pub fn unsettle(&self, cluster: &ClusterKey) {
-        let mut settled = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        settled.remove(cluster);
+        let mut book = self.book();
+        book.views.remove(cluster);
+        let at = book.tick();
+        book.unsettled_at.insert(cluster.clone(), at);
     }
 
-    /// A new term of leadership: nothing is settled.
+    /// Nothing is settled, and no pass in flight settles anything: a new term of leadership,
+    /// or watch events that were missed.
     pub fn clear(&self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        let mut book = self.book();
+        book.views.clear();
+        book.unsettled_at.clear();
+        book.cleared_at = book.tick();
+    }
+
+    /// A deleted cluster: nothing of it is kept.
+    pub fn forget(&self, cluster: &ClusterKey) {
+        let mut book = self.book();
+        book.views.remove(cluster);
+        book.unsettled_at.remove(cluster);
     }
 }
 
@@ -167,7 +225,8 @@ mod tests {
         };
         let reach = Reach::plain(std::time::Duration::from_secs(1));
         assert!(settled.view(&key).is_none(), "never settled");
-        settled.settle(&key, Vec::new(), reach.clone(), desired.clone(), &[]);
+        let began = settled.begin();
+        assert!(settled.settle(&key, began, Vec::new(), reach.clone(), desired.clone(), &[]));
         assert!(settled.view(&key).is_some());
         assert!(
             settled.view_at(&key, Instant::now() + REFRESH).is_none(),
@@ -175,8 +234,41 @@ mod tests {
         );
         settled.unsettle(&key);
         assert!(settled.view(&key).is_none(), "a watch event");
-        settled.settle(&key, Vec::new(), reach, desired, &[]);
+        let began = settled.begin();
+        settled.settle(&key, began, Vec::new(), reach, desired, &[]);
         settled.clear();
         assert!(settled.view(&key).is_none(), "a new term");
+    }
+
+    #[test]
+    fn an_event_during_a_pass_keeps_the_cluster_unsettled() {
+        let settled = Settled::default();
+        let key = ClusterKey::new("shop", "orders");
+        let other = ClusterKey::new("shop", "carts");
+        let desired = DesiredShape {
+            shards: 1,
+            replicas_per_shard: 0,
+            revision: "r1".into(),
+        };
+        let reach = Reach::plain(std::time::Duration::from_secs(1));
+        let settle =
+            |began| settled.settle(&key, began, Vec::new(), reach.clone(), desired.clone(), &[]);
+
+        let began = settled.begin();
+        settled.unsettle(&key);
+        assert!(
+            !settle(began),
+            "the config changed while the pass read the old one"
+        );
+        assert!(settled.view(&key).is_none());
+
+        let began = settled.begin();
+        settled.unsettle(&other);
+        assert!(settle(began), "another cluster's event is not this one's");
+
+        let began = settled.begin();
+        settled.clear();
+        assert!(!settle(began), "a pass begun before a clear");
+        assert!(settle(settled.begin()), "one begun after it");
     }
 }
