@@ -34,6 +34,7 @@ use harness::{eventually, signal};
 use tokio::time::Instant;
 use valkey_operator::api::annotations::RETRY_FAILOVERS;
 use valkey_operator::roll::{MAX_FAILOVER_ATTEMPTS, Role, slots::bootstrap_range};
+use valkey_operator::rollout::PAUSE_ANNOTATION;
 
 const NAMESPACE: &str = "chaos";
 const CLUSTER: &str = "ledger";
@@ -370,14 +371,14 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
 
     // A failover recorded and never taking effect (as when the operator dies between recording
     // and issuing it, three times): the roll stalls with the reason and resumes, with one
-    // failover, once a person annotates the cluster. Recorded here before the roll reaches it.
+    // failover, once a person annotates the cluster. Recorded here before the roll reaches it:
+    // the config's rollout is paused while the record is written (a roll of this cluster
+    // takes a few seconds, less than the test needs to read the new revision and write).
     let watch = ClusterWatch::start(&product, NAMESPACE, CLUSTER).await;
-    product.patch(
-        "valkeyconfig/fast-failure-detection",
-        None,
-        r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
-    );
     let before = product.cluster(NAMESPACE, CLUSTER)["status"]["desiredRevision"].clone();
+    let config = "valkeyconfig/fast-failure-detection";
+    product.kubectl(&["annotate", config, &format!("{PAUSE_ANNOTATION}=true")]);
+    product.patch(config, None, r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#);
     let revision = eventually("the roll's revision", Duration::from_secs(30), async || {
         let now = product.cluster(NAMESPACE, CLUSTER)["status"]["desiredRevision"].clone();
         (now != before)
@@ -399,6 +400,13 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
         "-p",
         &memory,
     ]);
+    let cluster = product.cluster(NAMESPACE, CLUSTER);
+    assert_eq!(
+        cluster["status"]["outdatedNodes"],
+        SHARDS * 2,
+        "the paused roll has not started"
+    );
+    product.kubectl(&["annotate", config, &format!("{PAUSE_ANNOTATION}-")]);
     let stalled = eventually(
         "the roll to stall on shard 0",
         Duration::from_secs(120),
