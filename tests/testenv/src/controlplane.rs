@@ -17,6 +17,10 @@ use crate::{Error, k8s_bin_dir};
 /// the disruption controller, without which no PodDisruptionBudget has a status and every
 /// Eviction is refused (a real cluster runs it; drains depend on it), and the resource quota
 /// controller, without which a ResourceQuota never counts what a namespace uses.
+/// The environment variable that turns on the API server's audit log (see
+/// [`ControlPlane::audit_flags`]).
+pub const AUDIT_LOG_VAR: &str = "TESTENV_AUDIT_LOG";
+
 const CONTROLLERS: &str = "garbage-collector-controller,namespace-controller,serviceaccount-controller,disruption-controller,resourcequota-controller";
 
 /// How to launch the control plane.
@@ -162,11 +166,32 @@ impl ControlPlane {
         Ok(client_url)
     }
 
+    /// With `TESTENV_AUDIT_LOG` set to a path, the API server writes an audit event (metadata
+    /// only: who, verb, resource) for every request there, one JSON line each: what a
+    /// benchmark reads to tell which client made the API server's requests.
+    fn audit_flags(&self) -> Result<Vec<String>, Error> {
+        let Some(log) = std::env::var_os(AUDIT_LOG_VAR).filter(|v| !v.is_empty()) else {
+            return Ok(Vec::new());
+        };
+        let policy = self.data_dir().join("audit-policy.yaml");
+        let rules = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
+                     rules:\n- level: Metadata\n";
+        std::fs::write(&policy, rules)
+            .map_err(Error::io(format!("writing {}", policy.display())))?;
+        Ok(vec![
+            format!("--audit-policy-file={}", policy.display()),
+            format!("--audit-log-path={}", std::path::Path::new(&log).display()),
+            "--audit-log-format=json".into(),
+            "--audit-log-mode=batch".into(),
+        ])
+    }
+
     fn spawn_apiserver(&mut self, pki: &Pki, etcd_url: &str, port: u16) -> Result<(), Error> {
         let cert_dir = self.data_dir().join("apiserver");
+        let audit = self.audit_flags()?;
         self.spawn(
             "kube-apiserver",
-            vec![
+            [audit, vec![
                 format!("--etcd-servers={etcd_url}"),
                 "--bind-address=127.0.0.1".into(),
                 "--advertise-address=127.0.0.1".into(),
@@ -187,7 +212,8 @@ impl ControlPlane {
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
                 "--service-cluster-ip-range=10.0.0.0/24".into(),
                 "--allow-privileged=true".into(),
-            ],
+            ]]
+            .concat(),
         )
     }
 

@@ -21,7 +21,7 @@ pub mod wait;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 
-pub use controlplane::{ControlPlane, ControlPlaneOptions};
+pub use controlplane::{AUDIT_LOG_VAR, ControlPlane, ControlPlaneOptions};
 pub use kubelet::{KubeletOptions, PodProcess, TestKubelet};
 pub use wait::{Outcome, eventually};
 

@@ -1,6 +1,9 @@
-//! Pod IPs: one loopback address per Pod, 127.0.0.2 to 127.0.0.254 (127.0.0.1 is the
-//! host's). A lease is an exclusive `flock` on a per-address file, so kubelets in other
-//! test processes never hand out the same address, and a crashed process frees its
+//! Pod IPs: one loopback address per Pod, from 127.1.0.1 to 127.1.255.254 (65,024 of them,
+//! none ending in .0 or .255), apart from 127.0.0.1 (the host's) and from the `127.0.<n>.0/24`
+//! subnets the harness's own Valkey runtimes use. A fleet roll needs an address for every old
+//! and every new Pod at once: a few hundred addresses would make the test kubelet, not the
+//! operator, set the pace. A lease is an exclusive `flock` on a per-address file, so kubelets
+//! in other test processes never hand out the same address, and a crashed process frees its
 //! leases with its file descriptors.
 
 use std::fs::File;
@@ -25,9 +28,17 @@ impl IpLease {
     }
 }
 
-/// The pool: 127.0.0.2 to 127.0.0.254.
-const FIRST: usize = 2;
-const POOL: usize = 253;
+/// Addresses per /24 of the pool: .1 to .254.
+const PER_BLOCK: usize = 254;
+/// The pool: 256 blocks of 127.1.0.0/16.
+const POOL: usize = 256 * PER_BLOCK;
+
+/// The pool's `index`th address.
+fn address(index: usize) -> Option<Ipv4Addr> {
+    let block = u8::try_from(index / PER_BLOCK).ok()?;
+    let host = u8::try_from(index % PER_BLOCK + 1).ok()?;
+    Some(Ipv4Addr::new(127, 1, block, host))
+}
 
 /// Where the next search starts: addresses are handed out round-robin, as a real node's
 /// host-local IPAM does, so a deleted Pod's address is not reused at once. (Reusing it at once
@@ -42,14 +53,14 @@ pub fn lease() -> Option<IpLease> {
     let start = NEXT.load(Ordering::Relaxed);
     (0..POOL).find_map(|offset| {
         let index = (start + offset) % POOL;
-        let last = u8::try_from(FIRST + index).ok()?;
-        let lease = try_lease(dir.join(format!("127.0.0.{last}")), last)?;
+        let ip = address(index)?;
+        let lease = try_lease(dir.join(ip.to_string()), ip)?;
         NEXT.store((index + 1) % POOL, Ordering::Relaxed);
         Some(lease)
     })
 }
 
-fn try_lease(path: PathBuf, last: u8) -> Option<IpLease> {
+fn try_lease(path: PathBuf, ip: Ipv4Addr) -> Option<IpLease> {
     let file = File::options()
         .create(true)
         .truncate(false)
@@ -58,11 +69,24 @@ fn try_lease(path: PathBuf, last: u8) -> Option<IpLease> {
         .ok()?;
     // SAFETY: flock(2) on a descriptor this function owns; no memory is shared.
     let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-    let ip = Ipv4Addr::new(127, 0, 0, last);
     let ports_free = || {
         PROBED_PORTS
             .iter()
             .all(|port| TcpListener::bind((ip, *port)).is_ok())
     };
     (locked && ports_free()).then_some(IpLease { ip, _lock: file })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_is_127_1_without_network_or_broadcast_addresses() {
+        assert_eq!(address(0), Some(Ipv4Addr::new(127, 1, 0, 1)));
+        assert_eq!(address(253), Some(Ipv4Addr::new(127, 1, 0, 254)));
+        assert_eq!(address(254), Some(Ipv4Addr::new(127, 1, 1, 1)));
+        assert_eq!(address(POOL - 1), Some(Ipv4Addr::new(127, 1, 255, 254)));
+        assert_eq!(address(POOL), None);
+    }
 }

@@ -186,8 +186,9 @@ async fn register_node(client: &kube::Client, options: &KubeletOptions) -> Resul
             {"type": "InternalIP", "address": "127.0.0.1"},
             {"type": "Hostname", "address": name},
         ],
-        "capacity": {"cpu": "8", "memory": "32Gi", "pods": "250"},
-        "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "250"},
+        // As many Pods as the kubelet has addresses for (see `ip`).
+        "capacity": {"cpu": "8", "memory": "32Gi", "pods": "65024"},
+        "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "65024"},
         "nodeInfo": {
             "kubeletVersion": KUBERNETES_VERSION, "kubeProxyVersion": KUBERNETES_VERSION,
             "containerRuntimeVersion": "testenv://local-processes",
@@ -220,7 +221,9 @@ async fn watch_pods(shared: Arc<Shared>) {
                     .and_then(|s| s.node_name.as_ref())
                     .is_none()
                 {
-                    bind(&shared, &pod).await;
+                    // Bound on a task of its own, as a scheduler binds many Pods at once: a
+                    // fleet creating hundreds of Pods must not wait for each binding in turn.
+                    tokio::spawn(bind(shared.clone(), pod));
                 } else if is_ours(&shared, &pod) {
                     let uid = pod.metadata.uid.clone().unwrap_or_default();
                     match workers.get(&uid) {
@@ -253,7 +256,7 @@ fn is_ours(shared: &Shared, pod: &Pod) -> bool {
 }
 
 /// Binds an unscheduled Pod to this node if its `nodeSelector` fits the node's labels.
-async fn bind(shared: &Shared, pod: &Pod) {
+async fn bind(shared: Arc<Shared>, pod: Pod) {
     let options = &shared.options;
     if !options.bind_unscheduled || pod.metadata.deletion_timestamp.is_some() {
         return;

@@ -69,6 +69,8 @@ struct PodWorker {
     last_termination: Option<ContainerStateTerminated>,
     ready: bool,
     ready_changed_at: Time,
+    /// When the server was last PINGed for readiness.
+    probed_at: Option<Instant>,
     reported: Option<PodStatus>,
 }
 
@@ -134,6 +136,7 @@ impl PodWorker {
             last_termination: None,
             ready: false,
             ready_changed_at: now(),
+            probed_at: None,
             reported: None,
         }
     }
@@ -154,10 +157,17 @@ impl PodWorker {
         }
         self.check_exit(pod);
         let ready = match &self.phase {
-            Phase::Running { port, .. } => match self.ip() {
-                Some(ip) => answers_ping(ip, *port).await,
-                None => false,
-            },
+            // A ready server is probed once per its readiness probe's period, as a kubelet
+            // does, not at every re-check: a fleet of hundreds of Pods would otherwise spend
+            // the machine's CPU on PINGs.
+            Phase::Running { .. } if self.ready && !self.probe_due(pod) => true,
+            Phase::Running { port, .. } => {
+                self.probed_at = Some(Instant::now());
+                match self.ip() {
+                    Some(ip) => answers_ping(ip, *port).await,
+                    None => false,
+                }
+            }
             _ => false,
         };
         if ready != self.ready {
@@ -165,6 +175,21 @@ impl PodWorker {
             self.ready_changed_at = now();
         }
         self.report(pod).await
+    }
+
+    /// Whether the readiness probe's period (its `periodSeconds`, 10 s unset as in a kubelet;
+    /// [`RESYNC`] for a container without a probe) has passed since the last probe.
+    fn probe_due(&self, pod: &Pod) -> bool {
+        let probe = pod
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.containers.first())
+            .and_then(|container| container.readiness_probe.as_ref());
+        let period = match probe {
+            Some(probe) => Duration::from_secs(probe.period_seconds.unwrap_or(10).max(1) as u64),
+            None => RESYNC,
+        };
+        self.probed_at.is_none_or(|at| at.elapsed() >= period)
     }
 
     fn next_check(&self) -> Duration {
@@ -297,7 +322,7 @@ impl PodWorker {
         }
         let lease = ip::lease().ok_or_else(|| NotStarted {
             reason: "ContainerCreating",
-            message: "no free loopback address in 127.0.0.2-254".into(),
+            message: "no free loopback address in 127.1.0.0/16".into(),
         })?;
         let ip = lease.ip();
         let mut slots = self.shared.slots();
