@@ -100,6 +100,16 @@ pub enum Command {
             default_value_t = 300
         )]
         join_timeout_seconds: u64,
+        /// At most this many ValkeyClusters are reconciled at once. Each pass makes a few API
+        /// requests; unbounded, a fleet roll of thousands would queue them all at the API
+        /// server at once, the Lease's renewals behind them.
+        #[arg(
+            long,
+            env = "VALKEY_OPERATOR_MAX_CONCURRENT_RECONCILES",
+            default_value_t = 16,
+            value_parser = clap::value_parser!(u16).range(1..)
+        )]
+        max_concurrent_reconciles: u16,
     },
 }
 
@@ -141,6 +151,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             namespace,
             identity,
             join_timeout_seconds,
+            max_concurrent_reconciles,
         } => {
             serve(
                 listen,
@@ -155,6 +166,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 &namespace,
                 identity.unwrap_or_else(default_identity),
                 Duration::from_secs(join_timeout_seconds),
+                max_concurrent_reconciles,
             )
             .await
         }
@@ -206,11 +218,15 @@ async fn serve(
     namespace: &str,
     identity: String,
     join_timeout: Duration,
+    max_concurrent_reconciles: u16,
 ) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("connecting to the Kubernetes API (KUBECONFIG or in-cluster)")?;
-    let settings = load_settings(&client, namespace).await?;
+    let settings = OperatorSettings {
+        max_concurrent_reconciles,
+        ..load_settings(&client, namespace).await?
+    };
     tracing::info!(?settings, "operator settings");
     // Without an answer (an API server before 1.28), admission cannot tell who writes a
     // ValkeyNode; the CRD still keeps every node's spec immutable.

@@ -22,6 +22,9 @@ pub struct OperatorSettings {
     /// The namespace the operator runs in (its own, not a ConfigMap key): every cluster's
     /// NetworkPolicy lets the operator's Pods in from there.
     pub operator_namespace: String,
+    /// How many clusters the controller reconciles at once (a flag, not a ConfigMap key;
+    /// 0: no bound).
+    pub max_concurrent_reconciles: u16,
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]

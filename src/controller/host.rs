@@ -12,10 +12,12 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::context::Context;
+use super::node_cache::{Kind, Writes};
 use super::observe::{ClusterNodes, REPLICA_OF_ANNOTATION, roll_status};
 use super::render::ClusterRender;
 use crate::api::{NodeLifecycle, NodeRole, ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
 use crate::execute::{Member, NodeHost};
+use crate::fleet::ClusterKey;
 use crate::roll::RollMemory;
 use crate::valkey::NodeAddress;
 
@@ -64,6 +66,12 @@ impl<'a> KubeHost<'a> {
         self.render.cluster
     }
 
+    /// Where this pass's writes to the cluster's nodes and Pods are recorded.
+    pub fn writes(&self) -> Writes<'a> {
+        let key = ClusterKey::new(self.namespace.clone(), self.cluster().name_any());
+        self.ctx.node_cache.writes(key)
+    }
+
     /// Merges `status` into the ValkeyNode's status, and into this pass's copy of it.
     async fn patch_node_status(
         &mut self,
@@ -75,6 +83,7 @@ impl<'a> KubeHost<'a> {
             .nodes_api
             .patch_status(name, &PatchParams::apply(MANAGER), &Patch::Merge(&patch))
             .await?;
+        self.writes().node(&updated);
         if let Some(node) = self.nodes.get_mut(name) {
             node.status = updated.status;
         }
@@ -90,16 +99,25 @@ fn node_name(cluster: &str, shard: u32) -> String {
     format!("{cluster}-{shard}-{}", &suffix[..5])
 }
 
-/// Deletes `name`, treating "already gone" as done.
-async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+/// Deletes `name`, treating "already gone" as done; recorded in `writes`.
+async fn delete_if_present<K>(
+    api: &Api<K>,
+    name: &str,
+    kind: Kind,
+    writes: &Writes<'_>,
+) -> Result<(), kube::Error>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(error) => Err(error),
+        // The object while a grace period or finalizer keeps it; a Status once it is gone.
+        Ok(outcome) => writes.deleted(kind, name, outcome.left().as_ref()),
+        Err(kube::Error::Api(status)) if status.code == 404 => {
+            writes.deleted::<K>(kind, name, None)
+        }
+        Err(error) => return Err(error),
     }
+    Ok(())
 }
 
 /// Deletes a node's Pod and ValkeyNode (with or without garbage collection), releasing the
@@ -108,10 +126,11 @@ pub async fn delete_node(
     nodes: &Api<ValkeyNode>,
     pods: &Api<Pod>,
     name: &str,
+    writes: &Writes<'_>,
 ) -> Result<(), kube::Error> {
-    delete_if_present(pods, name).await?;
-    release(nodes, name).await?;
-    delete_if_present(nodes, name).await
+    delete_if_present(pods, name, Kind::Pod, writes).await?;
+    release(nodes, name, writes).await?;
+    delete_if_present(nodes, name, Kind::Node, writes).await
 }
 
 /// On every ValkeyNode the operator runs: a ValkeyNode deleted by hand stays until the
@@ -125,6 +144,7 @@ pub const NODE_FINALIZER: &str = "valkey.gomomento.com/retire";
 async fn set_finalizers(
     nodes: &Api<ValkeyNode>,
     name: &str,
+    writes: &Writes<'_>,
     change: impl FnOnce(Vec<String>) -> Vec<String>,
 ) -> Result<(), kube::Error> {
     let Some(node) = nodes.get_opt(name).await? else {
@@ -139,15 +159,20 @@ async fn set_finalizers(
         "finalizers": wanted,
         "resourceVersion": node.metadata.resource_version,
     }});
-    nodes
+    let patched = nodes
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
+    writes.node(&patched);
     Ok(())
 }
 
 /// Puts [`NODE_FINALIZER`] on the node.
-pub async fn hold(nodes: &Api<ValkeyNode>, name: &str) -> Result<(), kube::Error> {
-    set_finalizers(nodes, name, |mut finalizers| {
+pub async fn hold(
+    nodes: &Api<ValkeyNode>,
+    name: &str,
+    writes: &Writes<'_>,
+) -> Result<(), kube::Error> {
+    set_finalizers(nodes, name, writes, |mut finalizers| {
         if !finalizers.iter().any(|f| f == NODE_FINALIZER) {
             finalizers.push(NODE_FINALIZER.to_string());
         }
@@ -157,8 +182,12 @@ pub async fn hold(nodes: &Api<ValkeyNode>, name: &str) -> Result<(), kube::Error
 }
 
 /// Takes [`NODE_FINALIZER`] off the node, leaving any other finalizer.
-async fn release(nodes: &Api<ValkeyNode>, name: &str) -> Result<(), kube::Error> {
-    set_finalizers(nodes, name, |finalizers| {
+async fn release(
+    nodes: &Api<ValkeyNode>,
+    name: &str,
+    writes: &Writes<'_>,
+) -> Result<(), kube::Error> {
+    set_finalizers(nodes, name, writes, |finalizers| {
         finalizers
             .into_iter()
             .filter(|f| f != NODE_FINALIZER)
@@ -192,8 +221,10 @@ impl NodeHost for KubeHost<'_> {
             }
             None => NodeRole::Primary,
         };
+        // Created holding its finalizer: no second write to put it on.
+        node.finalizers_mut().push(NODE_FINALIZER.to_owned());
         let created = self.nodes_api.create(&PostParams::default(), &node).await?;
-        hold(&self.nodes_api, &name).await?;
+        self.writes().node(&created);
         let status = ValkeyNodeStatus {
             lifecycle: Some(NodeLifecycle::Joining),
             pod_name: Some(name.clone()),
@@ -201,9 +232,11 @@ impl NodeHost for KubeHost<'_> {
         };
         self.nodes.objects.push(created.clone());
         self.patch_node_status(&name, json!(status)).await?;
-        self.pods_api
+        let pod = self
+            .pods_api
             .create(&PostParams::default(), &self.render.pod(&created, role))
             .await?;
+        self.writes().pod(&pod);
         Ok(name)
     }
 
@@ -223,7 +256,7 @@ impl NodeHost for KubeHost<'_> {
     }
 
     async fn remove_node(&mut self, name: &str) -> Result<(), kube::Error> {
-        delete_node(&self.nodes_api, &self.pods_api, name).await?;
+        delete_node(&self.nodes_api, &self.pods_api, name, &self.writes()).await?;
         self.nodes.objects.retain(|n| n.name_any() != name);
         self.nodes.pods.remove(name);
         Ok(())

@@ -33,26 +33,47 @@ use crate::api::{NodeRole, ValkeyNode, labels};
 use crate::fleet::ClusterKey;
 use crate::roll::ObservedNode;
 
-/// What each cluster's owned objects were last applied as (a digest of the three rendered
-/// objects) and when. Cleared at each term of leadership, like every memory of writes.
+/// The objects a cluster owns besides its nodes, each applied on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Owned {
+    Service,
+    Budget,
+    Policy,
+}
+
+/// What each of a cluster's owned objects was last applied as (a digest of the rendered
+/// object) and when. Cleared at each term of leadership, like every memory of writes.
 #[derive(Debug, Default)]
-pub struct AppliedObjects(Mutex<HashMap<ClusterKey, (u64, Instant)>>);
+pub struct AppliedObjects(Mutex<HashMap<ClusterKey, HashMap<Owned, Applied>>>);
+
+/// A digest of an object as applied, and when.
+type Applied = (u64, Instant);
 
 impl AppliedObjects {
-    fn is_current(&self, cluster: &ClusterKey, digest: u64) -> bool {
-        self.is_current_at(cluster, digest, Instant::now())
+    fn is_current(&self, cluster: &ClusterKey, object: Owned, digest: u64) -> bool {
+        self.is_current_at(cluster, object, digest, Instant::now())
     }
 
-    fn is_current_at(&self, cluster: &ClusterKey, digest: u64, now: Instant) -> bool {
+    fn is_current_at(
+        &self,
+        cluster: &ClusterKey,
+        object: Owned,
+        digest: u64,
+        now: Instant,
+    ) -> bool {
         let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        applied.get(cluster).is_some_and(|(written, when)| {
+        let record = applied
+            .get(cluster)
+            .and_then(|objects| objects.get(&object));
+        record.is_some_and(|(written, when)| {
             *written == digest && now.saturating_duration_since(*when) < REFRESH
         })
     }
 
-    fn record(&self, cluster: &ClusterKey, digest: u64) {
+    fn record(&self, cluster: &ClusterKey, object: Owned, digest: u64) {
         let mut applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        applied.insert(cluster.clone(), (digest, Instant::now()));
+        let objects = applied.entry(cluster.clone()).or_default();
+        objects.insert(object, (digest, Instant::now()));
     }
 
     /// The cluster's objects are applied again at its next pass (one was deleted, or the
@@ -68,14 +89,13 @@ impl AppliedObjects {
     }
 }
 
-/// A digest of the objects as rendered (their owner's uid included, so a cluster recreated
-/// under the same name applies them again).
-fn digest_of(objects: &[serde_json::Value]) -> u64 {
+/// A digest of the object as rendered (its owner's uid included, so a cluster recreated under
+/// the same name applies it again). `None` if it cannot be serialized: then it is always applied.
+fn digest_of(object: &impl serde::Serialize) -> Option<u64> {
+    let rendered = serde_json::to_string(object).ok()?;
     let mut hasher = DefaultHasher::new();
-    for object in objects {
-        object.to_string().hash(&mut hasher);
-    }
-    hasher.finish()
+    rendered.hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// Server-side applies the cluster's headless Service, PodDisruptionBudget (sized for the
@@ -84,7 +104,9 @@ fn digest_of(objects: &[serde_json::Value]) -> u64 {
 /// would otherwise take over an object someone else owns (and garbage collection would delete
 /// it later). A NetworkPolicy that is someone else's is returned rather than failing the pass.
 ///
-/// Nothing is sent when the three render as they were last applied (see [`AppliedObjects`]).
+/// Each object is sent only when it renders differently from when it was last applied (see
+/// [`AppliedObjects`]): a roll resizes the budget at every node it adds or retires, and the
+/// Service and NetworkPolicy are not sent again for it.
 pub async fn apply_owned_objects(
     client: &kube::Client,
     applied: &AppliedObjects,
@@ -93,44 +115,59 @@ pub async fn apply_owned_objects(
     operator_namespace: &str,
 ) -> Result<Option<Error>, Error> {
     let service = render.headless_service();
-    let budget = render.disruption_budget(serving_pods(host));
-    let policy = render.network_policy(operator_namespace);
     let key = ClusterKey::new(
         service.namespace().unwrap_or_default(),
         render.cluster.name_any(),
     );
-    let rendered = [
-        serde_json::to_value(&service),
-        serde_json::to_value(&budget),
-        serde_json::to_value(&policy),
-    ];
-    let digest = rendered
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()
-        .ok()
-        .map(|objects| digest_of(&objects));
-    if digest.is_some_and(|d| applied.is_current(&key, d)) {
-        return Ok(None);
-    }
     let namespace = key.namespace.as_str();
     let owner = render.owner_uid();
-    let services = Api::<Service>::namespaced(client.clone(), namespace);
-    apply_if_ours(&services, service, owner).await?;
-    let budgets = Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace);
-    apply_if_ours(&budgets, budget, owner).await?;
+    // Recorded only once applied: a failed apply is tried again next pass.
+    let remember = |object: Owned, digest: Option<u64>, result: Result<(), Error>| {
+        if let (Ok(()), Some(digest)) = (&result, digest) {
+            applied.record(&key, object, digest);
+        }
+        result
+    };
+    let current = |object: Owned, digest: Option<u64>| {
+        digest.is_some_and(|d| applied.is_current(&key, object, d))
+    };
+
+    let digest = digest_of(&service);
+    if !current(Owned::Service, digest) {
+        let services = Api::<Service>::namespaced(client.clone(), namespace);
+        remember(
+            Owned::Service,
+            digest,
+            apply_if_ours(&services, service, owner).await,
+        )?;
+    }
+    let budget = render.disruption_budget(serving_pods(host));
+    let digest = digest_of(&budget);
+    if !current(Owned::Budget, digest) {
+        let budgets = Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace);
+        remember(
+            Owned::Budget,
+            digest,
+            apply_if_ours(&budgets, budget, owner).await,
+        )?;
+    }
     // A policy of that name that is not the cluster's is no reason to stop managing the
     // cluster (an upgrade may meet one a person made): it is left alone and returned, to say
     // (and looked at again next pass, so the conflict is said until it is resolved).
+    let policy = render.network_policy(operator_namespace);
+    let digest = digest_of(&policy);
+    if current(Owned::Policy, digest) {
+        return Ok(None);
+    }
     let policies = Api::<NetworkPolicy>::namespaced(client.clone(), namespace);
-    match apply_if_ours(&policies, policy, owner).await {
+    match remember(
+        Owned::Policy,
+        digest,
+        apply_if_ours(&policies, policy, owner).await,
+    ) {
         Err(conflict @ Error::NotOurs { .. }) => Ok(Some(conflict)),
         Err(error) => Err(error),
-        Ok(()) => {
-            if let Some(digest) = digest {
-                applied.record(&key, digest);
-            }
-            Ok(None)
-        }
+        Ok(()) => Ok(None),
     }
 }
 
@@ -202,7 +239,7 @@ pub async fn hold_nodes(
             && !n.finalizers().iter().any(|f| f == NODE_FINALIZER)
     });
     for node in unheld {
-        hold(&nodes, &node.name_any()).await?;
+        hold(&nodes, &node.name_any(), &host.writes()).await?;
     }
     Ok(())
 }
@@ -227,7 +264,7 @@ pub async fn create_missing_pods(
             .create(&PostParams::default(), &render.pod(node, role))
             .await
         {
-            Ok(_) => {}
+            Ok(pod) => host.writes().pod(&pod),
             Err(kube::Error::Api(status)) if status.code == 409 => {}
             Err(error) => return Err(error.into()),
         }
@@ -264,9 +301,10 @@ pub async fn sync_roles(
         let role = node_role(seen.role);
         if node.status.as_ref().and_then(|s| s.role) != Some(role) {
             let patch = json!({"status": {"role": role}});
-            nodes
+            let patched = nodes
                 .patch_status(&seen.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
+            host.writes().node(&patched);
         }
         let Some(pod) = host.nodes.pods.get(&seen.name) else {
             continue;
@@ -278,8 +316,10 @@ pub async fn sync_roles(
             .any(|(k, v)| annotations.get(k) != Some(v));
         if pod.labels().get(labels::ROLE).map(String::as_str) != Some(label) || missing {
             let patch = json!({"metadata": {"labels": {labels::ROLE: label}, "annotations": wanted_annotations}});
-            pods.patch(&seen.name, &PatchParams::default(), &Patch::Merge(&patch))
+            let patched = pods
+                .patch(&seen.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
+            host.writes().pod(&patched);
         }
     }
     Ok(())
@@ -296,38 +336,51 @@ mod tests {
         let applied = AppliedObjects::default();
         let orders = ClusterKey::new("shop", "orders");
         let now = Instant::now();
-        assert!(!applied.is_current_at(&orders, 7, now), "never applied");
-        applied.record(&orders, 7);
-        assert!(applied.is_current_at(&orders, 7, now));
+        let budget = Owned::Budget;
         assert!(
-            !applied.is_current_at(&orders, 8, now),
+            !applied.is_current_at(&orders, budget, 7, now),
+            "never applied"
+        );
+        applied.record(&orders, budget, 7);
+        applied.record(&orders, Owned::Service, 1);
+        assert!(applied.is_current_at(&orders, budget, 7, now));
+        assert!(
+            !applied.is_current_at(&orders, budget, 8, now),
             "renders differently"
         );
         assert!(
-            !applied.is_current_at(&orders, 7, Instant::now() + REFRESH),
+            applied.is_current_at(&orders, Owned::Service, 1, now),
+            "a resized budget leaves the Service alone"
+        );
+        assert!(
+            !applied.is_current_at(&orders, Owned::Policy, 7, now),
+            "each object has its own record"
+        );
+        assert!(
+            !applied.is_current_at(&orders, budget, 7, Instant::now() + REFRESH),
             "trusted for REFRESH only"
         );
         applied.forget(&orders);
-        assert!(!applied.is_current_at(&orders, 7, now), "one was deleted");
-        applied.record(&orders, 7);
+        assert!(
+            !applied.is_current_at(&orders, budget, 7, now),
+            "one was deleted"
+        );
+        applied.record(&orders, budget, 7);
         applied.clear();
         assert!(
-            !applied.is_current_at(&orders, 7, now),
+            !applied.is_current_at(&orders, budget, 7, now),
             "a new term trusts nothing"
         );
     }
 
     #[test]
-    fn the_digest_follows_the_rendered_objects() {
+    fn the_digest_follows_the_rendered_object() {
         let a = serde_json::json!({"metadata": {"ownerReferences": [{"uid": "1"}]}});
         let b = serde_json::json!({"metadata": {"ownerReferences": [{"uid": "2"}]}});
-        assert_eq!(
-            digest_of(std::slice::from_ref(&a)),
-            digest_of(std::slice::from_ref(&a))
-        );
+        assert_eq!(digest_of(&a), digest_of(&a.clone()));
         assert_ne!(
-            digest_of(&[a]),
-            digest_of(&[b]),
+            digest_of(&a),
+            digest_of(&b),
             "a recreated cluster applies again"
         );
     }

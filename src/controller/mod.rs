@@ -10,7 +10,8 @@
 //! [`live`] applies settings and ACL users in place; [`status`] computes the status purely;
 //! [`events`] are the cluster's Events; [`error`] and [`context`] hold the failure causes and
 //! the retry state; [`render`] builds the objects; [`leader`] is the Lease that lets only one
-//! replica reconcile.
+//! replica reconcile; [`settled`] and [`wakes`] keep a converged fleet and the operator's own
+//! writes from costing passes.
 
 pub mod act;
 pub mod context;
@@ -21,6 +22,7 @@ pub mod host;
 pub mod leader;
 pub mod live;
 pub mod membership;
+pub mod node_cache;
 pub mod observe;
 pub mod reconcile;
 pub mod render;
@@ -29,6 +31,7 @@ pub mod secrets;
 pub mod settled;
 pub mod status;
 pub mod stopwatch;
+pub mod wakes;
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, RwLock};
@@ -243,6 +246,7 @@ pub async fn run(
         applied_tls: Default::default(),
         applied_settings: Default::default(),
         applied_owned: Default::default(),
+        node_cache: Default::default(),
         settled: Default::default(),
         certificate_versions: Default::default(),
         known_credentials: Default::default(),
@@ -262,6 +266,7 @@ pub async fn run(
         context.applied_tls.clear();
         context.applied_settings.clear();
         context.applied_owned.clear();
+        context.node_cache.clear();
         context.settled.clear();
         context.known_credentials.clear();
         context.secret_versions.clear();
@@ -300,11 +305,30 @@ pub async fn run(
                 }
             }
         });
+        let tuning = kube::runtime::controller::Config::default()
+            .concurrency(context.settings.max_concurrent_reconciles);
         let controller = Controller::for_stream(clusters, cached)
-            // A cluster's ValkeyNodes, by their controller ownerReference.
-            .watches(
-                Api::<ValkeyNode>::all(client.clone()),
-                watcher::Config::default(),
+            .with_config(tuning)
+            // A cluster's ValkeyNodes, by their controller ownerReference, for what someone
+            // other than the operator changed (see [`wakes`]).
+            .watches_stream(
+                wakes::changed_only(
+                    watcher(
+                        Api::<ValkeyNode>::all(client.clone()),
+                        watcher::Config::default(),
+                    )
+                    .default_backoff()
+                    .modify(node_cache::slim_node)
+                    .inspect({
+                        let context = context.clone();
+                        move |event| {
+                            if let Ok(event) = event {
+                                context.node_cache.node_event(event);
+                            }
+                        }
+                    }),
+                    wakes::node_fingerprint,
+                ),
                 {
                     let context = context.clone();
                     move |node| Some(woken(&context, controlling_cluster(&node)?))
@@ -313,10 +337,26 @@ pub async fn run(
             // A Pod's owner is its ValkeyNode, so an ownerReference would never map it to its
             // cluster: the cluster label does. A Pod that terminates must wake its cluster at
             // once (its shard is taken over), not at the next periodic requeue.
-            .watches(Api::<Pod>::all(client.clone()), managed.clone(), {
-                let context = context.clone();
-                move |pod| Some(woken(&context, cluster_of_pod(&pod)?))
-            })
+            .watches_stream(
+                wakes::changed_only(
+                    watcher(Api::<Pod>::all(client.clone()), managed.clone())
+                        .default_backoff()
+                        .modify(node_cache::slim_pod)
+                        .inspect({
+                            let context = context.clone();
+                            move |event| {
+                                if let Ok(event) = event {
+                                    context.node_cache.pod_event(event);
+                                }
+                            }
+                        }),
+                    wakes::pod_fingerprint,
+                ),
+                {
+                    let context = context.clone();
+                    move |pod| Some(woken(&context, cluster_of_pod(&pod)?))
+                },
+            )
             // The owned objects are applied only when they change (membership::AppliedObjects):
             // one deleted by hand is put back at once.
             .watches_stream(

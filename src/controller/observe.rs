@@ -1,7 +1,8 @@
 //! What a pass reads before it plans: the cluster's status as stored now (its roll memory and
 //! conditions; read fresh, never from the watch cache, since the roll memory decides whether a
-//! shard may fail over), its ValkeyNodes and their Pods, and the members the executor works
-//! with, mapped from those objects.
+//! shard may fail over), its ValkeyNodes and their Pods (from the controller's cache once it
+//! holds the operator's own writes to them), and the members the executor works with, mapped
+//! from those objects.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,6 +19,7 @@ use crate::api::{
     labels,
 };
 use crate::execute::Member;
+use crate::fleet::ClusterKey;
 use crate::roll::{Lifecycle, RollMemory};
 use crate::valkey::NodeAddress;
 
@@ -47,15 +49,31 @@ pub struct ClusterNodes {
     pub pods: BTreeMap<String, Pod>,
 }
 
+/// From the controller's cache when it has every write of the operator's to them (see
+/// [`super::node_cache`]), else listed.
 pub async fn read_nodes(ctx: &Context, cluster: &ValkeyCluster) -> Result<ClusterNodes, Error> {
     let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
+    let key = ClusterKey::new(namespace.clone(), cluster.name_any());
+    if let Some(cached) = ctx.node_cache.fresh(&key) {
+        return Ok(cached);
+    }
+    let listed = list_nodes(ctx, cluster, &namespace).await?;
+    ctx.node_cache.listed(&key, &listed);
+    Ok(listed)
+}
+
+async fn list_nodes(
+    ctx: &Context,
+    cluster: &ValkeyCluster,
+    namespace: &str,
+) -> Result<ClusterNodes, Error> {
     let selector =
         ListParams::default().labels(&format!("{}={}", labels::CLUSTER, cluster.name_any()));
-    let objects = Api::<ValkeyNode>::namespaced(ctx.client.clone(), &namespace)
+    let objects = Api::<ValkeyNode>::namespaced(ctx.client.clone(), namespace)
         .list(&selector)
         .await?
         .items;
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &namespace)
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), namespace)
         .list(&selector)
         .await?
         .items

@@ -498,8 +498,9 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     let nodes = read_nodes(ctx, cluster).await?;
     let nodes_api = Api::namespaced(ctx.client.clone(), &namespace);
     let pods_api = Api::namespaced(ctx.client.clone(), &namespace);
+    let writes = ctx.node_cache.writes(cluster_key(cluster));
     for node in &nodes.objects {
-        delete_node(&nodes_api, &pods_api, &node.name_any()).await?;
+        delete_node(&nodes_api, &pods_api, &node.name_any(), &writes).await?;
     }
     let deleted = ClusterEvent::Deleted {
         nodes: nodes.objects.len(),
