@@ -20,10 +20,15 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use harness::k8s::{IMAGES, Product};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
 use serde_json::Value;
+use valkey_operator::api::ValkeyCluster;
 
 const NAMESPACE: &str = "scale";
 
@@ -46,57 +51,159 @@ fn clusters_yaml(prefix: &str, config: &str, range: std::ops::Range<usize>) -> S
         .collect()
 }
 
-/// How many of the namespace's clusters named `prefix-*` are converged on `version`.
-fn converged(product: &Product, prefix: &str, version: &str) -> usize {
-    let list: Value = serde_json::from_str(&product.kubectl(&[
-        "get",
-        "valkeyclusters",
-        "-n",
-        NAMESPACE,
-        "-o",
-        "json",
-    ]))
-    .unwrap_or_default();
-    list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|c| {
-            c["metadata"]["name"]
-                .as_str()
-                .is_some_and(|n| n.starts_with(prefix))
-        })
-        .filter(|c| harness::k8s::converged(c, version))
-        .count()
+/// The namespace's clusters as a watch last showed them, by name: the benchmark counts
+/// converged clusters from it instead of listing them every second, which on this 2-core
+/// machine would take the API server's time from the operator it measures.
+#[derive(Clone, Default)]
+struct Clusters(Arc<Mutex<BTreeMap<String, Value>>>);
+
+impl Clusters {
+    async fn watch(product: &Product) -> Self {
+        let clusters = Self::default();
+        let client = product.plane.client().await.unwrap();
+        let api: Api<ValkeyCluster> = Api::namespaced(client, NAMESPACE);
+        let seen = clusters.clone();
+        tokio::spawn(async move {
+            let mut events = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            while let Some(event) = events.next().await {
+                let mut map = seen.0.lock().unwrap();
+                match event {
+                    Ok(watcher::Event::Apply(c) | watcher::Event::InitApply(c)) => {
+                        map.insert(c.name_any(), serde_json::to_value(&c).unwrap());
+                    }
+                    Ok(watcher::Event::Delete(c)) => {
+                        map.remove(&c.name_any());
+                    }
+                    _ => {}
+                }
+            }
+        });
+        clusters
+    }
+
+    /// How many clusters named `prefix-*` are converged on `version`.
+    fn converged(&self, prefix: &str, version: &str) -> usize {
+        let map = self.0.lock().unwrap();
+        map.iter()
+            .filter(|(name, c)| name.starts_with(prefix) && harness::k8s::converged(c, version))
+            .count()
+    }
 }
 
-/// The API server's request counts so far (`apiserver_request_total`, every client), by
-/// `verb resource[/subresource]`.
-fn api_requests(product: &Product) -> BTreeMap<String, f64> {
-    let mut counts = BTreeMap::new();
-    let metrics = product.kubectl(&["get", "--raw", "/metrics"]);
-    for line in metrics.lines() {
-        let Some(labels) = line.strip_prefix("apiserver_request_total{") else {
-            continue;
-        };
-        let Some((labels, value)) = labels.rsplit_once("} ") else {
-            continue;
-        };
-        let label = |name: &str| {
-            labels
-                .split(',')
-                .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
-                .map(|v| v.trim_end_matches('"').to_owned())
-                .unwrap_or_default()
-        };
-        let mut kind = format!("{} {}", label("verb"), label("resource"));
-        let sub = label("subresource");
-        if !sub.is_empty() {
-            kind = format!("{kind}/{sub}");
-        }
-        *counts.entry(kind).or_default() += value.parse::<f64>().unwrap_or(0.0);
+/// The labels of one Prometheus text-format sample line, and its value.
+fn sample<'l>(line: &'l str, metric: &str) -> Option<(&'l str, f64)> {
+    let labels = line.strip_prefix(metric)?.strip_prefix('{')?;
+    let (labels, value) = labels.rsplit_once("} ")?;
+    Some((labels, value.parse().unwrap_or(0.0)))
+}
+
+fn label(labels: &str, name: &str) -> String {
+    labels
+        .split(',')
+        .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
+        .map(|v| v.trim_end_matches('"').to_owned())
+        .unwrap_or_default()
+}
+
+/// What the API server counted so far: requests (`apiserver_request_total`, every client) by
+/// `verb resource[/subresource]`, and the seconds requests spent queued by its priority and
+/// fairness (`apiserver_flowcontrol_request_wait_duration_seconds`) by priority level.
+#[derive(Default)]
+struct ApiServer {
+    requests: BTreeMap<String, f64>,
+    /// Seconds spent serving requests (`apiserver_request_duration_seconds_sum`), by kind.
+    seconds: BTreeMap<String, f64>,
+    queued_seconds: BTreeMap<String, f64>,
+}
+
+/// `verb resource[/subresource]` of a request sample.
+fn request_kind(labels: &str) -> String {
+    let kind = format!("{} {}", label(labels, "verb"), label(labels, "resource"));
+    match label(labels, "subresource") {
+        sub if sub.is_empty() => kind,
+        sub => format!("{kind}/{sub}"),
     }
-    counts
+}
+
+impl ApiServer {
+    fn read(product: &Product) -> Self {
+        let mut read = Self::default();
+        let metrics = product.kubectl(&["get", "--raw", "/metrics"]);
+        for line in metrics.lines() {
+            if let Some((labels, value)) = sample(line, "apiserver_request_total") {
+                *read.requests.entry(request_kind(labels)).or_default() += value;
+            } else if let Some((labels, value)) =
+                sample(line, "apiserver_request_duration_seconds_sum")
+            {
+                // A watch lasts as long as its connection: not time spent serving.
+                if label(labels, "verb") != "WATCH" {
+                    *read.seconds.entry(request_kind(labels)).or_default() += value;
+                }
+            } else if let Some((labels, value)) = sample(
+                line,
+                "apiserver_flowcontrol_request_wait_duration_seconds_sum",
+            ) {
+                let level = label(labels, "priority_level");
+                *read.queued_seconds.entry(level).or_default() += value;
+            }
+        }
+        read
+    }
+}
+
+/// The API server's audit log, when the run has one ([`testenv::AUDIT_LOG_VAR`]): which client
+/// made the requests of a phase.
+struct Audit {
+    path: std::path::PathBuf,
+    start: u64,
+}
+
+impl Audit {
+    fn start() -> Option<Self> {
+        let path = std::path::PathBuf::from(std::env::var_os(testenv::AUDIT_LOG_VAR)?);
+        let start = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        Some(Self { path, start })
+    }
+
+    /// Requests since the start by `client: verb resource[/subresource]`, where the client is
+    /// the operator (by its ServiceAccount) or the program its user agent names.
+    fn by_client(&self) -> BTreeMap<String, f64> {
+        use std::io::{Read, Seek};
+        let mut counts = BTreeMap::new();
+        let Ok(mut file) = std::fs::File::open(&self.path) else {
+            return counts;
+        };
+        let mut text = String::new();
+        if file.seek(std::io::SeekFrom::Start(self.start)).is_err()
+            || file.read_to_string(&mut text).is_err()
+        {
+            return counts;
+        }
+        for line in text.lines() {
+            let Ok(event) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            let user = event["user"]["username"].as_str().unwrap_or_default();
+            let agent = event["userAgent"].as_str().unwrap_or_default();
+            let client = if user.ends_with(":valkey-operator") {
+                "operator".to_owned()
+            } else {
+                agent.split('/').next().unwrap_or_default().to_owned()
+            };
+            let mut kind = format!(
+                "{client}: {} {}",
+                event["verb"].as_str().unwrap_or_default(),
+                event["objectRef"]["resource"].as_str().unwrap_or_default()
+            );
+            if let Some(sub) = event["objectRef"]["subresource"].as_str() {
+                kind = format!("{kind}/{sub}");
+            }
+            *counts.entry(kind).or_default() += 1.0;
+        }
+        counts
+    }
 }
 
 /// CPU seconds used so far by each running program (by its process name), summed over its
@@ -143,7 +250,8 @@ fn largest_growth(
 struct Phase {
     started: Instant,
     cpu: f64,
-    requests: BTreeMap<String, f64>,
+    api: ApiServer,
+    audit: Option<Audit>,
     programs: BTreeMap<String, f64>,
     peak_kib: AtomicU64,
 }
@@ -153,7 +261,8 @@ impl Phase {
         Self {
             started: Instant::now(),
             cpu: product.operator.cpu_seconds().unwrap_or(0.0),
-            requests: api_requests(product),
+            api: ApiServer::read(product),
+            audit: Audit::start(),
             programs: cpu_by_program(),
             peak_kib: AtomicU64::new(product.operator.resident_kib().unwrap_or(0)),
         }
@@ -168,9 +277,12 @@ impl Phase {
     fn report(&self, product: &Product, what: &str) {
         let seconds = self.started.elapsed().as_secs_f64();
         let cpu = product.operator.cpu_seconds().unwrap_or(0.0) - self.cpu;
-        let requests = api_requests(product);
-        let by_kind = largest_growth(&self.requests, &requests, 10);
-        let total: f64 = requests.values().sum::<f64>() - self.requests.values().sum::<f64>();
+        let api = ApiServer::read(product);
+        let by_kind = largest_growth(&self.api.requests, &api.requests, 10);
+        let total: f64 =
+            api.requests.values().sum::<f64>() - self.api.requests.values().sum::<f64>();
+        let queued = largest_growth(&self.api.queued_seconds, &api.queued_seconds, 4);
+        let serving = largest_growth(&self.api.seconds, &api.seconds, 8);
         let programs = largest_growth(&self.programs, &cpu_by_program(), 6);
         println!(
             "{what}: {seconds:.1} s; operator CPU {cpu:.1} s ({:.1}% of one core), peak RSS {:.0} MiB; \
@@ -193,12 +305,50 @@ impl Phase {
             .map(|(kind, n)| format!("{kind} {:.0}", n))
             .collect();
         println!("    API requests by kind: {}", kinds.join(", "));
+        let serving: Vec<String> = serving
+            .iter()
+            .map(|(kind, seconds)| format!("{kind} {seconds:.1}"))
+            .collect();
+        println!(
+            "    seconds the API server spent serving, by kind: {}",
+            serving.join(", ")
+        );
+        if let Some(audit) = &self.audit {
+            let by_client = audit.by_client();
+            let operator: f64 = by_client
+                .iter()
+                .filter(|(kind, _)| kind.starts_with("operator:"))
+                .map(|(_, n)| n)
+                .sum();
+            println!(
+                "    the operator's API requests: {operator:.0} ({:.1}/s); by client (audit log): {}",
+                operator / seconds,
+                largest_growth(&BTreeMap::new(), &by_client, 12)
+                    .iter()
+                    .map(|(kind, n)| format!("{kind} {n:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        let queued: Vec<String> = queued
+            .iter()
+            .map(|(level, seconds)| format!("{level} {seconds:.1} s"))
+            .collect();
+        println!(
+            "    seconds requests waited in the API server's queues, by priority level: {}",
+            if queued.is_empty() {
+                "none".to_owned()
+            } else {
+                queued.join(", ")
+            }
+        );
     }
 }
 
 /// Waits, sampling the operator's memory, until `count` clusters named `prefix-*` converge.
 async fn until_converged(
     product: &Product,
+    clusters: &Clusters,
     phase: &Phase,
     prefix: &str,
     version: &str,
@@ -207,7 +357,7 @@ async fn until_converged(
     let deadline = Instant::now() + Duration::from_secs(3600);
     loop {
         phase.sample(product);
-        let done = converged(product, prefix, version);
+        let done = clusters.converged(prefix, version);
         if done >= count {
             return;
         }
@@ -215,7 +365,7 @@ async fn until_converged(
             Instant::now() < deadline,
             "{done} of {count} converged after an hour"
         );
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
@@ -256,9 +406,10 @@ spec: {{imageRef: valkey-never}}
         baseline_kib as f64 / 1024.0
     );
 
+    let clusters = Clusters::watch(&product).await;
     let phase = Phase::start(&product);
     product.apply(&clusters_yaml("c", "scale", 0..size));
-    until_converged(&product, &phase, "c-", "9.0.0", size).await;
+    until_converged(&product, &clusters, &phase, "c-", "9.0.0", size).await;
     phase.report(&product, &format!("create → {size} Active"));
 
     // Settle, then a minute of nothing.
@@ -277,9 +428,13 @@ spec: {{imageRef: valkey-never}}
         None,
         r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
     );
-    until_converged(&product, &phase, "c-", "9.1.2", size).await;
+    until_converged(&product, &clusters, &phase, "c-", "9.1.2", size).await;
     phase.report(&product, &format!("one patch → {size} rolled"));
 
+    if let Ok(path) = std::env::var("FLEET_LOG") {
+        std::fs::write(&path, product.operator.log()).unwrap();
+        println!("the operator's log is in {path}");
+    }
     if objects == 0 {
         return;
     }
