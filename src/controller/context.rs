@@ -31,6 +31,9 @@ pub struct Context {
     pub applied_settings: super::live::Applied,
     /// What each cluster's Service, budget and NetworkPolicy were last applied as.
     pub applied_owned: super::membership::AppliedObjects,
+    /// Every cluster's stored status from the cluster watch, and the writes a pass waits to
+    /// see there.
+    pub cluster_cache: super::cluster_cache::ClusterCache,
     /// Every cluster's ValkeyNodes and Pods, and the writes a pass waits to see there.
     pub node_cache: super::node_cache::NodeCache,
     /// The clusters whose periodic pass asks only their Valkey nodes (see [`super::settled`]).

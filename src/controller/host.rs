@@ -279,7 +279,9 @@ impl NodeHost for KubeHost<'_> {
         let stored = api
             .patch_status(&name, &params, &Patch::Apply(&patch))
             .await?;
-        self.resource_version = stored.metadata.resource_version;
+        let key = ClusterKey::new(self.namespace.clone(), name);
+        self.resource_version = stored.metadata.resource_version.clone();
+        self.ctx.cluster_cache.wrote(&key, stored);
         Ok(())
     }
 }

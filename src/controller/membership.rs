@@ -42,38 +42,69 @@ pub enum Owned {
 }
 
 /// What each of a cluster's owned objects was last applied as (a digest of the rendered
-/// object) and when. Cleared at each term of leadership, like every memory of writes.
+/// object), when, and the uid of the object the API server applied it to. Cleared at each term
+/// of leadership, like every memory of writes.
 #[derive(Debug, Default)]
 pub struct AppliedObjects(Mutex<HashMap<ClusterKey, HashMap<Owned, Applied>>>);
 
-/// A digest of an object as applied, and when.
-type Applied = (u64, Instant);
+#[derive(Clone, Debug)]
+struct Applied {
+    digest: u64,
+    at: Instant,
+    uid: Option<String>,
+}
+
+/// Whether an owned object needs sending, and how.
+#[derive(Debug, PartialEq, Eq)]
+enum Standing {
+    /// Applied as it renders now, less than [`REFRESH`] ago.
+    Current,
+    /// Applied this term to the object with this uid, which no deletion has been seen of: it
+    /// can be applied over again with the uid as precondition, without reading it first.
+    Ours(String),
+    /// Nothing known: read it first, create it or apply over it only if it is the cluster's.
+    Unknown,
+}
 
 impl AppliedObjects {
-    fn is_current(&self, cluster: &ClusterKey, object: Owned, digest: u64) -> bool {
-        self.is_current_at(cluster, object, digest, Instant::now())
+    fn standing(&self, cluster: &ClusterKey, object: Owned, digest: Option<u64>) -> Standing {
+        self.standing_at(cluster, object, digest, Instant::now())
     }
 
-    fn is_current_at(
+    fn standing_at(
         &self,
         cluster: &ClusterKey,
         object: Owned,
-        digest: u64,
+        digest: Option<u64>,
         now: Instant,
-    ) -> bool {
+    ) -> Standing {
         let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let record = applied
+        let Some(record) = applied
             .get(cluster)
-            .and_then(|objects| objects.get(&object));
-        record.is_some_and(|(written, when)| {
-            *written == digest && now.saturating_duration_since(*when) < REFRESH
-        })
+            .and_then(|objects| objects.get(&object))
+        else {
+            return Standing::Unknown;
+        };
+        let fresh = now.saturating_duration_since(record.at) < REFRESH;
+        match &record.uid {
+            _ if fresh && digest == Some(record.digest) => Standing::Current,
+            Some(uid) if fresh => Standing::Ours(uid.clone()),
+            _ => Standing::Unknown,
+        }
     }
 
-    fn record(&self, cluster: &ClusterKey, object: Owned, digest: u64) {
+    fn record(&self, cluster: &ClusterKey, object: Owned, digest: u64, uid: Option<String>) {
         let mut applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let objects = applied.entry(cluster.clone()).or_default();
-        objects.insert(object, (digest, Instant::now()));
+        let at = Instant::now();
+        objects.insert(object, Applied { digest, at, uid });
+    }
+
+    fn forget_object(&self, cluster: &ClusterKey, object: Owned) {
+        let mut applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(objects) = applied.get_mut(cluster) {
+            objects.remove(&object);
+        }
     }
 
     /// The cluster's objects are applied again at its next pass (one was deleted, or the
@@ -105,8 +136,8 @@ fn digest_of(object: &impl serde::Serialize) -> Option<u64> {
 /// it later). A NetworkPolicy that is someone else's is returned rather than failing the pass.
 ///
 /// Each object is sent only when it renders differently from when it was last applied (see
-/// [`AppliedObjects`]): a roll resizes the budget at every node it adds or retires, and the
-/// Service and NetworkPolicy are not sent again for it.
+/// [`AppliedObjects`]): a roll resizes the budget at every node it adds or retires, and sends
+/// nothing else for it.
 pub async fn apply_owned_objects(
     client: &kube::Client,
     applied: &AppliedObjects,
@@ -120,60 +151,100 @@ pub async fn apply_owned_objects(
         render.cluster.name_any(),
     );
     let namespace = key.namespace.as_str();
-    let owner = render.owner_uid();
-    // Recorded only once applied: a failed apply is tried again next pass.
-    let remember = |object: Owned, digest: Option<u64>, result: Result<(), Error>| {
-        if let (Ok(()), Some(digest)) = (&result, digest) {
-            applied.record(&key, object, digest);
-        }
-        result
+    let owned = Owner {
+        applied,
+        key: &key,
+        owner: render.owner_uid(),
     };
-    let current = |object: Owned, digest: Option<u64>| {
-        digest.is_some_and(|d| applied.is_current(&key, object, d))
-    };
-
-    let digest = digest_of(&service);
-    if !current(Owned::Service, digest) {
-        let services = Api::<Service>::namespaced(client.clone(), namespace);
-        remember(
-            Owned::Service,
-            digest,
-            apply_if_ours(&services, service, owner).await,
-        )?;
-    }
+    let services = Api::<Service>::namespaced(client.clone(), namespace);
+    owned.apply(&services, Owned::Service, service).await?;
     let budget = render.disruption_budget(serving_pods(host));
-    let digest = digest_of(&budget);
-    if !current(Owned::Budget, digest) {
-        let budgets = Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace);
-        remember(
-            Owned::Budget,
-            digest,
-            apply_if_ours(&budgets, budget, owner).await,
-        )?;
-    }
+    let budgets = Api::<PodDisruptionBudget>::namespaced(client.clone(), namespace);
+    owned.apply(&budgets, Owned::Budget, budget).await?;
     // A policy of that name that is not the cluster's is no reason to stop managing the
     // cluster (an upgrade may meet one a person made): it is left alone and returned, to say
     // (and looked at again next pass, so the conflict is said until it is resolved).
     let policy = render.network_policy(operator_namespace);
-    let digest = digest_of(&policy);
-    if current(Owned::Policy, digest) {
-        return Ok(None);
-    }
     let policies = Api::<NetworkPolicy>::namespaced(client.clone(), namespace);
-    match remember(
-        Owned::Policy,
-        digest,
-        apply_if_ours(&policies, policy, owner).await,
-    ) {
+    match owned.apply(&policies, Owned::Policy, policy).await {
         Err(conflict @ Error::NotOurs { .. }) => Ok(Some(conflict)),
         Err(error) => Err(error),
         Ok(()) => Ok(None),
     }
 }
 
+/// One cluster's owned objects, as [`apply_owned_objects`] sends them.
+struct Owner<'a> {
+    applied: &'a AppliedObjects,
+    key: &'a ClusterKey,
+    /// The cluster's uid.
+    owner: Option<&'a str>,
+}
+
+impl Owner<'_> {
+    /// Sends `object` if it is not current: over the object applied before (by its uid), or,
+    /// when that is not known or the uid no longer matches, as [`apply_if_ours`] does.
+    async fn apply<K>(&self, api: &Api<K>, which: Owned, object: K) -> Result<(), Error>
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let digest = digest_of(&object);
+        let uid = match self.applied.standing(self.key, which, digest) {
+            Standing::Current => return Ok(()),
+            Standing::Ours(uid) => match apply_over(api, object.clone(), &uid).await {
+                Ok(applied) => applied,
+                // Gone, or another object of that name (uid mismatch): find out what is there.
+                Err(kube::Error::Api(status)) if [404, 409, 422].contains(&status.code) => {
+                    self.applied.forget_object(self.key, which);
+                    apply_if_ours(api, object, self.owner).await?
+                }
+                Err(error) => return Err(error.into()),
+            },
+            Standing::Unknown => apply_if_ours(api, object, self.owner).await?,
+        };
+        // Recorded only once applied: a failed apply is tried again next pass.
+        if let Some(digest) = digest {
+            self.applied.record(self.key, which, digest, uid);
+        }
+        Ok(())
+    }
+}
+
+/// Applies `object` over the object of its name whose uid is `uid`, and only over that one:
+/// the API server refuses an apply whose `metadata.uid` differs from the stored object's (422,
+/// "field is immutable") and one that names a uid no object has (409, "uid mismatch").
+async fn apply_over<K>(
+    api: &Api<K>,
+    mut object: K,
+    uid: &str,
+) -> Result<Option<String>, kube::Error>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    object.meta_mut().uid = Some(uid.to_owned());
+    let apply = PatchParams::apply(MANAGER).force();
+    let applied = api
+        .patch(&object.name_any(), &apply, &Patch::Apply(&object))
+        .await?;
+    Ok(applied.meta().uid.clone())
+}
+
 /// Creates `object` if no object of its name exists (a create fails rather than take over one
-/// made in the meantime), applies it over one that `owner` controls, and leaves any other alone.
-async fn apply_if_ours<K>(api: &Api<K>, object: K, owner: Option<&str>) -> Result<(), Error>
+/// made in the meantime), applies it over one that `owner` controls, and leaves any other
+/// alone. The uid of the object it was sent to.
+async fn apply_if_ours<K>(
+    api: &Api<K>,
+    object: K,
+    owner: Option<&str>,
+) -> Result<Option<String>, Error>
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -182,17 +253,17 @@ where
         + std::fmt::Debug,
 {
     let name = object.name_any();
-    match api.get_opt(&name).await? {
+    let sent = match api.get_opt(&name).await? {
         None => {
             let create = PostParams {
                 field_manager: Some(MANAGER.into()),
                 ..Default::default()
             };
-            api.create(&create, &object).await?;
+            api.create(&create, &object).await?
         }
         Some(existing) if is_controlled_by(&existing, owner) => {
             let apply = PatchParams::apply(MANAGER).force();
-            api.patch(&name, &apply, &Patch::Apply(&object)).await?;
+            api.patch(&name, &apply, &Patch::Apply(&object)).await?
         }
         Some(existing) => {
             return Err(Error::NotOurs {
@@ -201,8 +272,8 @@ where
                 name,
             });
         }
-    }
-    Ok(())
+    };
+    Ok(sent.meta().uid.clone())
 }
 
 /// Whether `object`'s controller ownerReference is the owner with uid `owner`.
@@ -337,38 +408,54 @@ mod tests {
         let orders = ClusterKey::new("shop", "orders");
         let now = Instant::now();
         let budget = Owned::Budget;
-        assert!(
-            !applied.is_current_at(&orders, budget, 7, now),
-            "never applied"
+        let standing = |object, digest, at| applied.standing_at(&orders, object, Some(digest), at);
+        assert_eq!(standing(budget, 7, now), Standing::Unknown, "never applied");
+        applied.record(&orders, budget, 7, Some("uid-b".into()));
+        applied.record(&orders, Owned::Service, 1, Some("uid-s".into()));
+        assert_eq!(standing(budget, 7, now), Standing::Current);
+        assert_eq!(
+            standing(budget, 8, now),
+            Standing::Ours("uid-b".into()),
+            "renders differently: applied over the same object, unread"
         );
-        applied.record(&orders, budget, 7);
-        applied.record(&orders, Owned::Service, 1);
-        assert!(applied.is_current_at(&orders, budget, 7, now));
-        assert!(
-            !applied.is_current_at(&orders, budget, 8, now),
-            "renders differently"
-        );
-        assert!(
-            applied.is_current_at(&orders, Owned::Service, 1, now),
+        assert_eq!(
+            standing(Owned::Service, 1, now),
+            Standing::Current,
             "a resized budget leaves the Service alone"
         );
-        assert!(
-            !applied.is_current_at(&orders, Owned::Policy, 7, now),
+        assert_eq!(
+            standing(Owned::Policy, 7, now),
+            Standing::Unknown,
             "each object has its own record"
         );
-        assert!(
-            !applied.is_current_at(&orders, budget, 7, Instant::now() + REFRESH),
-            "trusted for REFRESH only"
+        assert_eq!(
+            standing(budget, 7, Instant::now() + REFRESH),
+            Standing::Unknown,
+            "trusted for REFRESH only, then read again"
         );
+        applied.forget_object(&orders, budget);
+        assert_eq!(
+            standing(budget, 7, now),
+            Standing::Unknown,
+            "its uid no longer matched"
+        );
+        assert_eq!(standing(Owned::Service, 1, now), Standing::Current);
         applied.forget(&orders);
-        assert!(
-            !applied.is_current_at(&orders, budget, 7, now),
+        assert_eq!(
+            standing(Owned::Service, 1, now),
+            Standing::Unknown,
             "one was deleted"
         );
-        applied.record(&orders, budget, 7);
+        applied.record(&orders, budget, 7, None);
+        assert_eq!(
+            standing(budget, 8, now),
+            Standing::Unknown,
+            "no uid known: read first"
+        );
         applied.clear();
-        assert!(
-            !applied.is_current_at(&orders, budget, 7, now),
+        assert_eq!(
+            standing(budget, 7, now),
+            Standing::Unknown,
             "a new term trusts nothing"
         );
     }

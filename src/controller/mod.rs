@@ -14,6 +14,7 @@
 //! writes from costing passes.
 
 pub mod act;
+pub mod cluster_cache;
 pub mod context;
 pub mod credentials;
 pub mod error;
@@ -112,11 +113,11 @@ fn changed_by_person(cluster: &ValkeyCluster) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// What the controller's cache keeps of a cluster: no field-manager history and no status (a
-/// pass reads the status fresh, see [`observe::read_status`]), so a large fleet costs little.
+/// What the controller's cache keeps of a cluster: no field-manager history, which is most of
+/// a cluster object's size (its status is kept: a pass starts from it, see
+/// [`cluster_cache`]).
 fn slim(cluster: &mut ValkeyCluster) {
     cluster.metadata.managed_fields = None;
-    cluster.status = None;
 }
 
 /// The ValkeyCluster a Pod of ours belongs to, by its cluster label.
@@ -246,6 +247,7 @@ pub async fn run(
         applied_tls: Default::default(),
         applied_settings: Default::default(),
         applied_owned: Default::default(),
+        cluster_cache: Default::default(),
         node_cache: Default::default(),
         settled: Default::default(),
         certificate_versions: Default::default(),
@@ -284,6 +286,7 @@ pub async fn run(
         ));
         let (missed, missed_changes) = futures::channel::mpsc::unbounded();
         let (cached, cache) = reflector::store();
+        context.cluster_cache.start_term(cached.clone());
         let clusters = watcher(
             Api::<ValkeyCluster>::all(client.clone()),
             watcher::Config::default(),
@@ -291,6 +294,14 @@ pub async fn run(
         .default_backoff()
         .modify(slim)
         .reflect(cache)
+        .inspect({
+            let context = context.clone();
+            move |event| {
+                if let Ok(event) = event {
+                    context.cluster_cache.delivered(event);
+                }
+            }
+        })
         .applied_objects()
         .predicate_filter(changed_by_person, PredicateConfig::default())
         .inspect({

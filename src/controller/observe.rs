@@ -1,6 +1,6 @@
-//! What a pass reads before it plans: the cluster's status as stored now (its roll memory and
-//! conditions; read fresh, never from the watch cache, since the roll memory decides whether a
-//! shard may fail over), its ValkeyNodes and their Pods (from the controller's cache once it
+//! What a pass reads before it plans: the cluster's status as stored (its roll memory and
+//! conditions; from the watch only once it shows the operator's last write, since the roll
+//! memory decides whether a shard may fail over), its ValkeyNodes and their Pods (from the controller's cache once it
 //! holds the operator's own writes to them), and the members the executor works with, mapped
 //! from those objects.
 
@@ -33,10 +33,21 @@ pub struct StoredStatus {
     pub resource_version: Option<String>,
 }
 
+/// From the controller's cluster watch when it shows the operator's last write to the cluster
+/// (see [`super::cluster_cache`]), else from the API server.
 pub async fn read_status(ctx: &Context, cluster: &ValkeyCluster) -> Result<StoredStatus, Error> {
     let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
+    let key = ClusterKey::new(namespace.clone(), cluster.name_any());
+    if let Some(current) = ctx.cluster_cache.current(&key) {
+        return Ok(StoredStatus {
+            resource_version: current.metadata.resource_version.clone(),
+            status: current.status.clone().unwrap_or_default(),
+        });
+    }
     let api: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &namespace);
     let stored = api.get_status(&cluster.name_any()).await?;
+    let version = stored.metadata.resource_version.as_deref();
+    ctx.cluster_cache.read(&key, version);
     Ok(StoredStatus {
         resource_version: stored.metadata.resource_version.clone(),
         status: stored.status.unwrap_or_default(),

@@ -514,6 +514,7 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     ctx.applied_settings.forget(&cluster_key(cluster));
     ctx.applied_owned.forget(&cluster_key(cluster));
     ctx.settled.forget(&cluster_key(cluster));
+    ctx.cluster_cache.forget(&cluster_key(cluster));
     ctx.certificate_versions.forget(&cluster_key(cluster));
     ctx.known_credentials.forget(&cluster_key(cluster));
     Ok(Action::await_change())
@@ -574,7 +575,8 @@ async fn allow_more_failovers(
             &Patch::Merge(&patch),
         )
         .await?;
-    host.cluster_written(written.metadata.resource_version);
+    host.cluster_written(written.metadata.resource_version.clone());
+    ctx.cluster_cache.wrote(&cluster_key(cluster), written);
     Ok(())
 }
 
@@ -601,12 +603,14 @@ async fn write_status(
             "kind": ValkeyCluster::kind(&()),
             "status": status,
         });
-        api.patch_status(
-            &cluster.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await?;
+        let written = api
+            .patch_status(
+                &cluster.name_any(),
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+        ctx.cluster_cache.wrote(&cluster_key(cluster), written);
     }
     let degraded = status
         .conditions
