@@ -10,10 +10,12 @@
 //! 2. the fleet idle for a minute: the operator's CPU (% of one core) and the API requests;
 //! 3. one config patch → every cluster rolled: the same figures;
 //! 4. optionally, clusters whose Pods never start (an image the test kubelet has no binary
-//!    for), added in batches, with the operator's RSS after each: the memory each cluster costs.
+//!    for), added 100 at a time up to 1,000 and 1,000 at a time after, with the operator's RSS
+//!    once it holds each batch: the memory each cluster costs.
 //!
 //! Run: `FLEET_SIZE=200 FLEET_OBJECTS=1000 cargo bench --bench fleet_scale` (defaults: 200
-//! real clusters, no object-only clusters). Needs `make tools`.
+//! real clusters, no object-only clusters). `TESTENV_AUDIT_LOG=<file>` adds the requests by
+//! client, `FLEET_LOG=<file>` keeps the operator's log. Needs `make tools`.
 
 // Test code reports failures by panicking; the house rules against it are for the product.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -81,6 +83,20 @@ impl Clusters {
             }
         });
         clusters
+    }
+
+    /// How many clusters named `prefix-*` have nodes in their status (the operator has
+    /// reconciled them at least once).
+    fn with_nodes(&self, prefix: &str) -> usize {
+        let map = self.0.lock().unwrap();
+        map.iter()
+            .filter(|(name, c)| name.starts_with(prefix))
+            .filter(|(_, c)| {
+                c["status"]["nodes"]
+                    .as_array()
+                    .is_some_and(|nodes| !nodes.is_empty())
+            })
+            .count()
     }
 
     /// How many clusters named `prefix-*` are converged on `version`.
@@ -151,6 +167,15 @@ impl ApiServer {
         }
         read
     }
+}
+
+/// The commands the operator has sent to Valkey nodes (its `valkey_commands_total`).
+async fn valkey_commands(product: &Product) -> f64 {
+    let text = product.operator.metrics().await;
+    text.lines()
+        .filter(|line| line.starts_with("valkey_operator_valkey_commands_total{"))
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
 }
 
 /// The API server's audit log, when the run has one ([`testenv::AUDIT_LOG_VAR`]): which client
@@ -252,17 +277,19 @@ struct Phase {
     cpu: f64,
     api: ApiServer,
     audit: Option<Audit>,
+    valkey_commands: f64,
     programs: BTreeMap<String, f64>,
     peak_kib: AtomicU64,
 }
 
 impl Phase {
-    fn start(product: &Product) -> Self {
+    async fn start(product: &Product) -> Self {
         Self {
             started: Instant::now(),
             cpu: product.operator.cpu_seconds().unwrap_or(0.0),
             api: ApiServer::read(product),
             audit: Audit::start(),
+            valkey_commands: valkey_commands(product).await,
             programs: cpu_by_program(),
             peak_kib: AtomicU64::new(product.operator.resident_kib().unwrap_or(0)),
         }
@@ -274,7 +301,7 @@ impl Phase {
         }
     }
 
-    fn report(&self, product: &Product, what: &str) {
+    async fn report(&self, product: &Product, what: &str) {
         let seconds = self.started.elapsed().as_secs_f64();
         let cpu = product.operator.cpu_seconds().unwrap_or(0.0) - self.cpu;
         let api = ApiServer::read(product);
@@ -290,6 +317,11 @@ impl Phase {
             100.0 * cpu / seconds,
             self.peak_kib.load(Ordering::Relaxed) as f64 / 1024.0,
             total / seconds
+        );
+        let commands = valkey_commands(product).await - self.valkey_commands;
+        println!(
+            "    the operator's Valkey commands: {commands:.0} ({:.0} a minute)",
+            60.0 * commands / seconds
         );
         let cores = |cpu: f64| format!("{:.0}%", 100.0 * cpu / seconds);
         let programs: Vec<String> = programs
@@ -407,29 +439,34 @@ spec: {{imageRef: valkey-never}}
     );
 
     let clusters = Clusters::watch(&product).await;
-    let phase = Phase::start(&product);
+    let phase = Phase::start(&product).await;
     product.apply(&clusters_yaml("c", "scale", 0..size));
     until_converged(&product, &clusters, &phase, "c-", "9.0.0", size).await;
-    phase.report(&product, &format!("create → {size} Active"));
+    phase
+        .report(&product, &format!("create → {size} Active"))
+        .await;
 
     // Settle, then a minute of nothing.
     tokio::time::sleep(Duration::from_secs(20)).await;
-    let idle = Phase::start(&product);
+    let idle = Phase::start(&product).await;
     tokio::time::sleep(Duration::from_secs(60)).await;
     idle.sample(&product);
     idle.report(
         &product,
         &format!("idle minute with {size} converged clusters"),
-    );
+    )
+    .await;
 
-    let phase = Phase::start(&product);
+    let phase = Phase::start(&product).await;
     product.patch(
         "valkeyconfig/scale",
         None,
         r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
     );
     until_converged(&product, &clusters, &phase, "c-", "9.1.2", size).await;
-    phase.report(&product, &format!("one patch → {size} rolled"));
+    phase
+        .report(&product, &format!("one patch → {size} rolled"))
+        .await;
 
     if let Ok(path) = std::env::var("FLEET_LOG") {
         std::fs::write(&path, product.operator.log()).unwrap();
@@ -439,17 +476,41 @@ spec: {{imageRef: valkey-never}}
         return;
     }
     // Clusters whose Pods never start: their objects and the operator's caches, no servers.
+    // Each batch is measured once the operator has made every cluster's nodes (its status
+    // lists them), so the figure is of clusters it holds, not of clusters it has yet to see.
     let before = product.operator.resident_kib().unwrap_or(0);
-    let batch = 100;
     let mut added = 0;
+    let mut at_100 = None;
     while added < objects {
+        // 100 at a time up to 1,000 (the slope the target is set on), then 1,000 at a time.
+        let batch = if added < 1000 { 100 } else { 1000 };
         let next = (added + batch).min(objects);
-        product.apply(&clusters_yaml("o", "never", added..next));
+        for start in (added..next).step_by(100) {
+            product.apply(&clusters_yaml("o", "never", start..(start + 100).min(next)));
+        }
         added = next;
-        tokio::time::sleep(Duration::from_secs(15)).await;
+        let started = Instant::now();
+        while clusters.with_nodes("o-") < added && started.elapsed() < Duration::from_secs(1800) {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
         let kib = product.operator.resident_kib().unwrap_or(0);
+        let held = clusters.with_nodes("o-");
+        if added == 100 {
+            at_100 = Some(kib);
+        }
+        let slope = at_100
+            .filter(|_| added > 100)
+            .map(|k100| {
+                format!(
+                    ", {:+.1} KiB per cluster since 100",
+                    (kib as f64 - k100 as f64) / (added - 100) as f64
+                )
+            })
+            .unwrap_or_default();
         println!(
-            "  + {added} clusters whose Pods never start: operator RSS {:.0} MiB ({:+.1} KiB per cluster so far)",
+            "  + {added} clusters whose Pods never start ({held} with nodes, {:.0} s): operator RSS {:.0} MiB ({:+.1} KiB per cluster over the {size} real ones{slope})",
+            started.elapsed().as_secs_f64(),
             kib as f64 / 1024.0,
             (kib as f64 - before as f64) / added as f64
         );

@@ -91,9 +91,14 @@ fn chart_lints_clean_and_renders_what_the_operator_needs() {
             "--tls-cert",
             "/tls/tls.crt",
             "--tls-key",
-            "/tls/tls.key"
+            "/tls/tls.key",
+            "--max-concurrent-reconciles",
+            "16"
         ])
     );
+    let tuned = render(&helm, &["--set", "operator.maxConcurrentReconciles=40"]);
+    let args = &find(&tuned, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(args[8], "40", "{args}");
     let security = &container["securityContext"];
     assert_eq!(security["readOnlyRootFilesystem"], true);
     assert_eq!(security["allowPrivilegeEscalation"], false);
@@ -275,6 +280,10 @@ async fn chart_installs_upgrades_and_uninstalls_and_the_operator_runs_under_its_
         (
             "operator.fleetRollAckThreshold=many",
             "/operator/fleetRollAckThreshold",
+        ),
+        (
+            "operator.maxConcurrentReconciles=0",
+            "/operator/maxConcurrentReconciles",
         ),
     ] {
         let (ok, output) = helm.run(&["install", RELEASE, CHART, "-n", NAMESPACE, "--set", bad]);

@@ -25,6 +25,7 @@ pub struct Metrics {
     reconcile_duration: HistogramVec,
     reconcile_errors: IntCounterVec,
     leader: IntGauge,
+    valkey_commands: IntCounterVec,
     clusters: ClusterMetrics,
 }
 
@@ -114,6 +115,11 @@ impl Metrics {
                 "leader",
                 "1 while this replica holds the Lease and runs the controller, else 0.",
             ))?)?,
+            valkey_commands: add.counter(
+                "valkey_commands_total",
+                "Commands the operator sent to Valkey nodes, by command (its first two words).",
+                &["command"],
+            )?,
             clusters: ClusterMetrics::new(&add)?,
             registry,
         }
@@ -217,6 +223,12 @@ impl Metrics {
 
     /// The registry in the Prometheus text format.
     pub fn render(&self) -> Result<String, prometheus::Error> {
+        // Counted where the commands are sent (no metrics handle reaches every client), and
+        // brought up to date here.
+        for (command, sent) in crate::valkey::commands_sent() {
+            let counter = self.valkey_commands.with_label_values(&[&command]);
+            counter.inc_by(sent.saturating_sub(counter.get()));
+        }
         let mut buffer = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut buffer)?;
         String::from_utf8(buffer).map_err(|e| prometheus::Error::Msg(e.to_string()))
@@ -393,6 +405,48 @@ mod tests {
                 "{file} names metrics the operator does not export: {unknown:?}"
             );
         }
+        Ok(())
+    }
+
+    #[test]
+    fn every_family_is_in_the_observability_doc_and_valkey_commands_are_counted()
+    -> Result<(), prometheus::Error> {
+        let metrics = Metrics::new()?;
+        metrics.leading(true);
+        metrics.roll_progress("ns", "c", &progress("Stalled", Some("NoPrimary")));
+        metrics.degraded("ns", "c", Some("RollStalled"));
+        metrics.failover("ns", "c", true, Duration::from_secs(1));
+        metrics.slot_migration("ns", "c", true, Some(1), Duration::from_secs(1));
+        metrics.timed("ns", "c", Timed::ShardRoll, Duration::from_secs(1));
+        metrics.timed("ns", "c", Timed::ReplicaJoin, Duration::from_secs(1));
+        metrics.reconciled(Instant::now(), Some("kubernetes"));
+        metrics.node_certificate_reloads("ns", "c", 1, 1);
+        metrics.observe_webhook("ValkeyCluster", "CREATE", "allowed", Instant::now());
+        metrics.server_refused("busy");
+        crate::valkey::count_sent("CLUSTER NODES");
+        let text = metrics.render()?;
+        assert!(
+            text.lines().any(|l| l
+                .starts_with(r#"valkey_operator_valkey_commands_total{command="CLUSTER NODES"} "#)),
+            "{text}"
+        );
+        let doc = include_str!("../../docs/observability.md");
+        let undocumented: Vec<String> = metrics
+            .registry
+            .gather()
+            .iter()
+            .filter_map(|family| {
+                family
+                    .name()
+                    .strip_prefix("valkey_operator_")
+                    .map(String::from)
+            })
+            .filter(|name| !doc.contains(&format!("| `{name}` |")))
+            .collect();
+        assert!(
+            undocumented.is_empty(),
+            "docs/observability.md does not list {undocumented:?}"
+        );
         Ok(())
     }
 

@@ -284,6 +284,7 @@ impl NodeClient {
 
     async fn call<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
         let command = describe(cmd);
+        count_sent(&command);
         let mut conn = self.conn.clone();
         match timeout(self.call_timeout, cmd.query_async::<T>(&mut conn)).await {
             Err(_) => Err(EngineError::Timeout {
@@ -593,6 +594,29 @@ pub async fn forget_everywhere(remaining: &[NodeClient], node_id: &str) -> Resul
 }
 
 /// The command's name and first arguments, for error messages (never values or passwords).
+/// Commands sent to any node since the process started, by their first two words (a fixed
+/// few: only the operator's own code builds commands).
+static SENT: std::sync::Mutex<std::collections::BTreeMap<String, u64>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+pub(crate) fn count_sent(command: &str) {
+    let mut sent = SENT.lock().unwrap_or_else(|p| p.into_inner());
+    match sent.get_mut(command) {
+        Some(count) => *count += 1,
+        None => {
+            sent.insert(command.to_owned(), 1);
+        }
+    }
+}
+
+/// How many commands of each kind the process has sent to Valkey nodes (for the metrics).
+pub fn commands_sent() -> Vec<(String, u64)> {
+    let sent = SENT.lock().unwrap_or_else(|p| p.into_inner());
+    sent.iter()
+        .map(|(command, n)| (command.clone(), *n))
+        .collect()
+}
+
 fn describe(cmd: &Cmd) -> String {
     let mut words = Vec::new();
     for arg in cmd.args_iter().take(2) {

@@ -191,28 +191,31 @@ impl ControlPlane {
         let audit = self.audit_flags()?;
         self.spawn(
             "kube-apiserver",
-            [audit, vec![
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={port}"),
-                format!("--cert-dir={}", cert_dir.display()),
-                format!("--tls-cert-file={}", pki.serving_cert.display()),
-                format!("--tls-private-key-file={}", pki.serving_key.display()),
-                format!("--client-ca-file={}", pki.ca_cert.display()),
-                "--authorization-mode=RBAC".into(),
-                format!(
-                    "--service-account-key-file={}",
-                    pki.service_account_public_key.display()
-                ),
-                format!(
-                    "--service-account-signing-key-file={}",
-                    pki.service_account_key.display()
-                ),
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                "--service-cluster-ip-range=10.0.0.0/24".into(),
-                "--allow-privileged=true".into(),
-            ]]
+            [
+                audit,
+                vec![
+                    format!("--etcd-servers={etcd_url}"),
+                    "--bind-address=127.0.0.1".into(),
+                    "--advertise-address=127.0.0.1".into(),
+                    format!("--secure-port={port}"),
+                    format!("--cert-dir={}", cert_dir.display()),
+                    format!("--tls-cert-file={}", pki.serving_cert.display()),
+                    format!("--tls-private-key-file={}", pki.serving_key.display()),
+                    format!("--client-ca-file={}", pki.ca_cert.display()),
+                    "--authorization-mode=RBAC".into(),
+                    format!(
+                        "--service-account-key-file={}",
+                        pki.service_account_public_key.display()
+                    ),
+                    format!(
+                        "--service-account-signing-key-file={}",
+                        pki.service_account_key.display()
+                    ),
+                    "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                    "--service-cluster-ip-range=10.0.0.0/24".into(),
+                    "--allow-privileged=true".into(),
+                ],
+            ]
             .concat(),
         )
     }
