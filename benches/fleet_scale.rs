@@ -90,7 +90,7 @@ impl Clusters {
     fn with_nodes(&self, prefix: &str) -> usize {
         let map = self.0.lock().unwrap();
         map.iter()
-            .filter(|(name, c)| name.starts_with(prefix))
+            .filter(|(name, _)| name.starts_with(prefix))
             .filter(|(_, c)| {
                 c["status"]["nodes"]
                     .as_array()
@@ -401,6 +401,38 @@ async fn until_converged(
     }
 }
 
+/// Phases 1 to 3: `size` real clusters created, idle for a minute, rolled by one patch.
+async fn real_fleet(product: &Product, clusters: &Clusters, size: usize) {
+    let phase = Phase::start(product).await;
+    product.apply(&clusters_yaml("c", "scale", 0..size));
+    until_converged(product, clusters, &phase, "c-", "9.0.0", size).await;
+    phase
+        .report(product, &format!("create → {size} Active"))
+        .await;
+
+    // Settle, then a minute of nothing.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let idle = Phase::start(product).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    idle.sample(product);
+    idle.report(
+        product,
+        &format!("idle minute with {size} converged clusters"),
+    )
+    .await;
+
+    let phase = Phase::start(product).await;
+    product.patch(
+        "valkeyconfig/scale",
+        None,
+        r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
+    );
+    until_converged(product, clusters, &phase, "c-", "9.1.2", size).await;
+    phase
+        .report(product, &format!("one patch → {size} rolled"))
+        .await;
+}
+
 #[tokio::main]
 async fn main() {
     if std::env::args().any(|a| a == "--list") {
@@ -439,42 +471,24 @@ spec: {{imageRef: valkey-never}}
     );
 
     let clusters = Clusters::watch(&product).await;
-    let phase = Phase::start(&product).await;
-    product.apply(&clusters_yaml("c", "scale", 0..size));
-    until_converged(&product, &clusters, &phase, "c-", "9.0.0", size).await;
-    phase
-        .report(&product, &format!("create → {size} Active"))
-        .await;
-
-    // Settle, then a minute of nothing.
-    tokio::time::sleep(Duration::from_secs(20)).await;
-    let idle = Phase::start(&product).await;
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    idle.sample(&product);
-    idle.report(
-        &product,
-        &format!("idle minute with {size} converged clusters"),
-    )
-    .await;
-
-    let phase = Phase::start(&product).await;
-    product.patch(
-        "valkeyconfig/scale",
-        None,
-        r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
-    );
-    until_converged(&product, &clusters, &phase, "c-", "9.1.2", size).await;
-    phase
-        .report(&product, &format!("one patch → {size} rolled"))
-        .await;
-
+    if size > 0 {
+        real_fleet(&product, &clusters, size).await;
+    }
     if let Ok(path) = std::env::var("FLEET_LOG") {
         std::fs::write(&path, product.operator.log()).unwrap();
         println!("the operator's log is in {path}");
     }
-    if objects == 0 {
-        return;
+    if objects > 0 {
+        object_only(&product, &clusters, size, objects).await;
     }
+    // FLEET_HOLD_SECONDS keeps everything up at the end, e.g. to take a heap profile.
+    let hold = setting("FLEET_HOLD_SECONDS", 0);
+    tokio::time::sleep(Duration::from_secs(hold as u64)).await;
+}
+
+/// Phase 4: `objects` clusters whose Pods never start, and the operator's memory as it holds
+/// them.
+async fn object_only(product: &Product, clusters: &Clusters, size: usize, objects: usize) {
     // Clusters whose Pods never start: their objects and the operator's caches, no servers.
     // Each batch is measured once the operator has made every cluster's nodes (its status
     // lists them), so the figure is of clusters it holds, not of clusters it has yet to see.

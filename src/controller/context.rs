@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use kube::Client;
-use kube::runtime::events::Recorder;
 
 use crate::execute::Timeouts;
 use crate::fleet::{ClusterKey, Fleet};
@@ -19,7 +18,7 @@ pub struct Context {
     pub fleet: Arc<RwLock<Fleet>>,
     pub settings: OperatorSettings,
     pub timeouts: Timeouts,
-    pub recorder: Recorder,
+    pub recorder: super::events::EventRecorder,
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     /// What each node's users were last written as (see [`super::live::Applied`]).

@@ -3,9 +3,12 @@
 //! and related object into one series (keeping the first note), so without it every join of a
 //! roll would show as the first one, counted.
 
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder};
-use kube::{Resource, ResourceExt};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource, ResourceExt};
 
 use crate::api::{ValkeyCluster, ValkeyNode};
 
@@ -169,8 +172,59 @@ impl ClusterEvent {
     }
 }
 
+/// kube's [`Recorder`], renewed after [`RENEW_AFTER_EVENTS`] events or [`RENEW_AFTER`]. A
+/// recorder keeps every event it published, to fold a repeat into a series, and drops old ones
+/// only when it next publishes: a fleet's burst of events (a node joining each of 10,000
+/// clusters) would stay in memory, 3 KiB each, until then. A renewed recorder starts a new
+/// series for a repeat; repeats a few seconds apart (a conflict said each pass) still fold.
+pub struct EventRecorder {
+    client: Client,
+    current: Mutex<Current>,
+}
+
+struct Current {
+    recorder: Recorder,
+    since: Instant,
+    published: usize,
+}
+
+/// Events one recorder publishes before it is renewed.
+pub const RENEW_AFTER_EVENTS: usize = 500;
+/// kube's own time to forget an event.
+pub const RENEW_AFTER: Duration = Duration::from_secs(6 * 60);
+
+impl EventRecorder {
+    pub fn new(client: Client) -> Self {
+        let current = Current {
+            recorder: Self::fresh(&client),
+            since: Instant::now(),
+            published: 0,
+        };
+        Self {
+            client,
+            current: Mutex::new(current),
+        }
+    }
+
+    fn fresh(client: &Client) -> Recorder {
+        Recorder::new(client.clone(), Reporter::from("valkey-operator"))
+    }
+
+    /// The recorder to publish one event with.
+    fn take(&self) -> Recorder {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if current.published >= RENEW_AFTER_EVENTS || current.since.elapsed() >= RENEW_AFTER {
+            current.recorder = Self::fresh(&self.client);
+            current.since = Instant::now();
+            current.published = 0;
+        }
+        current.published += 1;
+        current.recorder.clone()
+    }
+}
+
 /// Records `event` on `cluster`; a failure to record is logged, never fatal.
-pub async fn publish(recorder: &Recorder, cluster: &ValkeyCluster, event: &ClusterEvent) {
+pub async fn publish(recorder: &EventRecorder, cluster: &ValkeyCluster, event: &ClusterEvent) {
     let secondary = event.node().map(|name| ObjectReference {
         api_version: Some(ValkeyNode::api_version(&()).into_owned()),
         kind: Some(ValkeyNode::kind(&()).into_owned()),
@@ -189,7 +243,8 @@ pub async fn publish(recorder: &Recorder, cluster: &ValkeyCluster, event: &Clust
         action: event.action().into(),
         secondary,
     };
-    if let Err(error) = recorder.publish(&recorded, &cluster.object_ref(&())).await {
+    let reference = cluster.object_ref(&());
+    if let Err(error) = recorder.take().publish(&recorded, &reference).await {
         tracing::warn!(%error, reason = event.reason(), "could not record an event");
     }
 }

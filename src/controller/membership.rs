@@ -293,7 +293,7 @@ fn serving_pods(host: &KubeHost<'_>) -> usize {
     host.nodes
         .pods
         .values()
-        .filter(|pod| pod.metadata.deletion_timestamp.is_none() && !has_stopped(pod))
+        .filter(|pod| !pod.deleting && !has_stopped(pod))
         .count()
 }
 
@@ -381,11 +381,10 @@ pub async fn sync_roles(
             continue;
         };
         let label = role_label(role);
-        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
         let missing = wanted_annotations
             .iter()
-            .any(|(k, v)| annotations.get(k) != Some(v));
-        if pod.labels().get(labels::ROLE).map(String::as_str) != Some(label) || missing {
+            .any(|(k, v)| pod.annotations.get(k) != Some(v));
+        if pod.role_label.as_deref() != Some(label) || missing {
             let patch = json!({"metadata": {"labels": {labels::ROLE: label}, "annotations": wanted_annotations}});
             let patched = pods
                 .patch(&seen.name, &PatchParams::default(), &Patch::Merge(&patch))

@@ -113,12 +113,19 @@ fn changed_by_person(cluster: &ValkeyCluster) -> Option<u64> {
     Some(hasher.finish())
 }
 
-/// What the controller's cache keeps of a cluster: no field-manager history, which is most of
-/// a cluster object's size (its status is kept: a pass starts from it, see
-/// [`cluster_cache`]).
+/// What the controller's cache keeps of a cluster: no field-manager history and no
+/// `kubectl apply` copy of the spec, which together are most of a cluster object's size (its
+/// status is kept: a pass starts from it, see [`cluster_cache`]).
 fn slim(cluster: &mut ValkeyCluster) {
     cluster.metadata.managed_fields = None;
+    // A copy of the spec that `kubectl apply` keeps; nothing here reads it.
+    if let Some(annotations) = cluster.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
 }
+
+/// The annotation in which client-side `kubectl apply` keeps what it last applied.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// The ValkeyCluster a Pod of ours belongs to, by its cluster label.
 fn cluster_of_pod(pod: &Pod) -> Option<ClusterKey> {
@@ -240,7 +247,7 @@ pub async fn run(
         fleet: fleet.clone(),
         settings,
         timeouts,
-        recorder: Recorder::new(client.clone(), Reporter::from("valkey-operator")),
+        recorder: events::EventRecorder::new(client.clone()),
         metrics,
         backoff: Backoff::default(),
         applied_acl: Default::default(),
@@ -329,7 +336,6 @@ pub async fn run(
                         watcher::Config::default(),
                     )
                     .default_backoff()
-                    .modify(node_cache::slim_node)
                     .inspect({
                         let context = context.clone();
                         move |event| {
@@ -352,7 +358,6 @@ pub async fn run(
                 wakes::changed_only(
                     watcher(Api::<Pod>::all(client.clone()), managed.clone())
                         .default_backoff()
-                        .modify(node_cache::slim_pod)
                         .inspect({
                             let context = context.clone();
                             move |event| {
@@ -423,7 +428,7 @@ pub async fn run(
             client.clone(),
             fleet.clone(),
             context.rollouts.clone(),
-            context.recorder.clone(),
+            Recorder::new(client.clone(), Reporter::from("valkey-operator")),
         );
         tokio::select! {
             () = controller => {}

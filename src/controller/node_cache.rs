@@ -15,11 +15,11 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus, Volume};
+use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
-use super::observe::ClusterNodes;
+use super::observe::{ClusterNodes, PodView};
 use crate::api::{ValkeyNode, labels};
 use crate::fleet::ClusterKey;
 
@@ -40,7 +40,25 @@ enum Sight {
     Unknown,
 }
 
-/// One kind's objects by cluster, with what a re-list in progress has listed again.
+/// What the index keeps of an object: it is asked only for its version.
+trait Versioned {
+    fn version(&self) -> Option<&str>;
+}
+
+impl Versioned for ValkeyNode {
+    fn version(&self) -> Option<&str> {
+        self.metadata.resource_version.as_deref()
+    }
+}
+
+impl Versioned for PodView {
+    fn version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+}
+
+/// One kind's objects by cluster (as what the cache keeps of each), with what a re-list in
+/// progress has listed again.
 #[derive(Debug)]
 struct Index<K> {
     by_cluster: HashMap<ClusterKey, BTreeMap<String, Arc<K>>>,
@@ -68,17 +86,14 @@ fn cluster_of<K: Resource>(object: &K) -> Option<ClusterKey> {
     ))
 }
 
-impl<K: Resource> Index<K> {
+impl<K: Versioned> Index<K> {
     fn version(&self, cluster: &ClusterKey, name: &str) -> Option<&str> {
-        let object = self.by_cluster.get(cluster)?.get(name)?;
-        object.meta().resource_version.as_deref()
+        self.by_cluster.get(cluster)?.get(name)?.version()
     }
 
-    fn upsert(&mut self, key: ClusterKey, object: K) -> String {
-        let name = object.name_any();
+    fn upsert(&mut self, key: ClusterKey, name: String, object: K) {
         let objects = self.by_cluster.entry(key).or_default();
-        objects.insert(name.clone(), Arc::new(object));
-        name
+        objects.insert(name, Arc::new(object));
     }
 
     fn remove(&mut self, key: &ClusterKey, name: &str) {
@@ -94,7 +109,7 @@ impl<K: Resource> Index<K> {
     fn versions(&self, cluster: &ClusterKey) -> BTreeMap<String, Option<String>> {
         let objects = self.by_cluster.get(cluster).into_iter().flatten();
         objects
-            .map(|(name, o)| (name.clone(), o.meta().resource_version.clone()))
+            .map(|(name, o)| (name.clone(), o.version().map(String::from)))
             .collect()
     }
 }
@@ -104,7 +119,7 @@ impl<K: Resource> Index<K> {
 #[derive(Debug, Default)]
 struct Book {
     nodes: Index<ValkeyNode>,
-    pods: Index<Pod>,
+    pods: Index<PodView>,
     expected: Expected,
 }
 
@@ -176,45 +191,8 @@ fn delivered(
 #[derive(Debug, Default)]
 pub struct NodeCache(Mutex<Book>);
 
-/// What the cache keeps of a Pod: what a pass reads (its address, phase, readiness, labels,
-/// annotations, deletion and the Secrets it mounts), not its containers or managed fields.
-pub fn slim_pod(pod: &mut Pod) {
-    pod.metadata.managed_fields = None;
-    let volumes = pod.spec.as_mut().and_then(|spec| spec.volumes.take());
-    let secrets: Vec<Volume> = volumes
-        .into_iter()
-        .flatten()
-        .filter_map(|volume| {
-            let mut secret = volume.secret?;
-            secret.items = None;
-            Some(Volume {
-                name: volume.name,
-                secret: Some(secret),
-                ..Default::default()
-            })
-        })
-        .collect();
-    pod.spec = Some(PodSpec {
-        volumes: Some(secrets),
-        ..Default::default()
-    });
-    let status = pod.status.take().unwrap_or_default();
-    let ready = status
-        .conditions
-        .into_iter()
-        .flatten()
-        .filter(|c| c.type_ == "Ready")
-        .collect();
-    pod.status = Some(PodStatus {
-        phase: status.phase,
-        pod_ip: status.pod_ip,
-        conditions: Some(ready),
-        ..Default::default()
-    });
-}
-
 /// What the cache keeps of a ValkeyNode: all but its managed fields.
-pub fn slim_node(node: &mut ValkeyNode) {
+fn slim_node(node: &mut ValkeyNode) {
     node.metadata.managed_fields = None;
 }
 
@@ -234,7 +212,12 @@ impl NodeCache {
         let Book {
             nodes, expected, ..
         } = &mut *book;
-        apply(nodes, event, |cluster, name, version| {
+        let view = |node: &ValkeyNode| {
+            let mut node = node.clone();
+            slim_node(&mut node);
+            node
+        };
+        apply(nodes, event, view, |cluster, name, version| {
             delivered(expected, cluster, Kind::Node, name, version)
         });
     }
@@ -243,9 +226,12 @@ impl NodeCache {
     pub fn pod_event(&self, event: &watcher::Event<Pod>) {
         let mut book = self.book();
         let Book { pods, expected, .. } = &mut *book;
-        apply(pods, event, |cluster, name, version| {
-            delivered(expected, cluster, Kind::Pod, name, version)
-        });
+        apply(
+            pods,
+            event,
+            |pod: &Pod| PodView::from(pod),
+            |cluster, name, version| delivered(expected, cluster, Kind::Pod, name, version),
+        );
     }
 
     /// The cluster's nodes and Pods, if the cache may be read for it now.
@@ -271,7 +257,7 @@ impl NodeCache {
             .map(|node| (node.name_any(), node.metadata.resource_version.clone()))
             .collect();
         let pods: BTreeMap<String, Option<String>> = (listed.pods.iter())
-            .map(|(name, pod)| (name.clone(), pod.metadata.resource_version.clone()))
+            .map(|(name, pod)| (name.clone(), pod.resource_version.clone()))
             .collect();
         let mut book = self.book();
         if book.nodes.versions(cluster) == nodes && book.pods.versions(cluster) == pods {
@@ -330,9 +316,10 @@ impl Writes<'_> {
 /// Applies one watch event to `index`, telling `delivered` what it showed. A re-list
 /// (`Init`, `InitApply`…, `InitDone`) upserts as it goes and then drops what it no longer
 /// listed, so the index never empties in between.
-fn apply<K: Resource + Clone>(
-    index: &mut Index<K>,
+fn apply<K: Resource, V: Versioned>(
+    index: &mut Index<V>,
     event: &watcher::Event<K>,
+    view: impl Fn(&K) -> V,
     mut delivered: impl FnMut(&ClusterKey, &str, Option<&str>),
 ) {
     match event {
@@ -341,7 +328,8 @@ fn apply<K: Resource + Clone>(
                 return;
             };
             let version = object.meta().resource_version.clone();
-            let name = index.upsert(key.clone(), object.clone());
+            let name = object.name_any();
+            index.upsert(key.clone(), name.clone(), view(object));
             delivered(&key, &name, version.as_deref());
             if matches!(event, watcher::Event::InitApply(_)) {
                 index.relisted.insert((key, name));
@@ -498,12 +486,7 @@ mod tests {
         cache.node_event(&watcher::Event::Delete(node("orders-0-a", "9")));
         let read = cache.fresh(&orders()).unwrap();
         assert!(read.objects.is_empty());
-        assert!(
-            read.pods["orders-0-a"]
-                .metadata
-                .deletion_timestamp
-                .is_some()
-        );
+        assert!(read.pods["orders-0-a"].deleting);
     }
 
     #[test]
@@ -545,13 +528,16 @@ mod tests {
 
     #[test]
     fn a_cached_pod_keeps_what_a_pass_reads_and_no_more() {
+        use k8s_openapi::api::core::v1::{PodSpec, PodStatus, SecretVolumeSource, Volume};
         let mut full = pod("orders-0-a", "1");
+        full.labels_mut()
+            .insert(labels::ROLE.into(), "primary".into());
         full.spec = Some(PodSpec {
             containers: vec![Default::default()],
             volumes: Some(vec![
                 Volume {
                     name: "auth".into(),
-                    secret: Some(k8s_openapi::api::core::v1::SecretVolumeSource {
+                    secret: Some(SecretVolumeSource {
                         secret_name: Some("orders-credentials".into()),
                         ..Default::default()
                     }),
@@ -571,15 +557,16 @@ mod tests {
             host_ip: Some("127.0.0.1".into()),
             ..Default::default()
         });
-        let mut slim = full.clone();
-        slim_pod(&mut slim);
-        let spec = slim.spec.as_ref().unwrap();
-        assert!(spec.containers.is_empty());
-        let volumes = spec.volumes.as_ref().unwrap();
-        assert_eq!(volumes.len(), 1, "only the Secrets it mounts");
-        let status = slim.status.as_ref().unwrap();
-        assert_eq!(status.pod_ip.as_deref(), Some("127.1.0.9"));
-        assert_eq!(status.phase.as_deref(), Some("Running"));
-        assert!(status.host_ip.is_none());
+        let view = PodView::from(&full);
+        assert_eq!(
+            view.secrets,
+            ["orders-credentials"],
+            "only the Secrets it mounts"
+        );
+        assert_eq!(view.ip.as_deref(), Some("127.1.0.9"));
+        assert_eq!(view.phase.as_deref(), Some("Running"));
+        assert_eq!(view.role_label.as_deref(), Some("primary"));
+        assert_eq!(view.resource_version.as_deref(), Some("1"));
+        assert!(!view.deleting);
     }
 }

@@ -57,7 +57,41 @@ pub async fn read_status(ctx: &Context, cluster: &ValkeyCluster) -> Result<Store
 /// A cluster's ValkeyNodes and their Pods (by name), as listed now.
 pub struct ClusterNodes {
     pub objects: Vec<ValkeyNode>,
-    pub pods: BTreeMap<String, Pod>,
+    pub pods: BTreeMap<String, PodView>,
+}
+
+/// What a pass reads of a Pod: where it answers, whether it runs and stays, its role label
+/// and annotations, and the Secrets it mounts. The controller's cache keeps this, not the Pod
+/// (whose spec alone is several KiB: thousands of clusters' Pods would be most of its memory).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodView {
+    pub resource_version: Option<String>,
+    pub role_label: Option<String>,
+    pub annotations: BTreeMap<String, String>,
+    /// It has a `deletionTimestamp`.
+    pub deleting: bool,
+    pub phase: Option<String>,
+    pub ip: Option<String>,
+    /// The Secrets its volumes mount.
+    pub secrets: Vec<String>,
+}
+
+impl From<&Pod> for PodView {
+    fn from(pod: &Pod) -> Self {
+        let status = pod.status.as_ref();
+        let volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+        Self {
+            resource_version: pod.metadata.resource_version.clone(),
+            role_label: pod.labels().get(labels::ROLE).cloned(),
+            annotations: pod.annotations().clone(),
+            deleting: pod.metadata.deletion_timestamp.is_some(),
+            phase: status.and_then(|s| s.phase.clone()),
+            ip: status.and_then(|s| s.pod_ip.clone()),
+            secrets: volumes
+                .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
+                .collect(),
+        }
+    }
 }
 
 /// From the controller's cache when it has every write of the operator's to them (see
@@ -88,8 +122,8 @@ async fn list_nodes(
         .list(&selector)
         .await?
         .items
-        .into_iter()
-        .map(|p| (p.name_any(), p))
+        .iter()
+        .map(|p| (p.name_any(), PodView::from(p)))
         .collect();
     Ok(ClusterNodes { objects, pods })
 }
@@ -97,8 +131,7 @@ async fn list_nodes(
 impl ClusterNodes {
     /// Where the node's Pod answers, once it has an IP.
     pub fn address(&self, node: &str) -> Option<NodeAddress> {
-        let pod = self.pods.get(node)?;
-        NodeAddress::of_pod_ip(pod.status.as_ref()?.pod_ip.as_deref()?)
+        NodeAddress::of_pod_ip(self.pods.get(node)?.ip.as_deref()?)
     }
 
     /// The node's server has stopped for good: its Pod ran (the node recorded an id) and is
@@ -151,9 +184,8 @@ impl ClusterNodes {
 
 /// The Pod's container has terminated and, since Valkey Pods are never restarted in place,
 /// will not run again.
-pub fn has_stopped(pod: &Pod) -> bool {
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    matches!(phase, Some("Failed" | "Succeeded"))
+pub fn has_stopped(pod: &PodView) -> bool {
+    matches!(pod.phase.as_deref(), Some("Failed" | "Succeeded"))
 }
 
 pub fn lifecycle(node: &ValkeyNode) -> Lifecycle {

@@ -35,7 +35,7 @@ use super::error::Error;
 use super::events::{ClusterEvent, publish};
 use super::host::{KubeHost, MANAGER, delete_node};
 use super::live::Reloads;
-use super::observe::{StoredStatus, memory_of, read_nodes, read_status};
+use super::observe::{PodView, StoredStatus, memory_of, read_nodes, read_status};
 use super::render::ClusterRender;
 use super::status::{
     ConditionType, PassReport, Reason, acl_applied, degraded, newly_failing, progress,
@@ -355,14 +355,8 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
 
 /// Whether the Pod mounts the Secret `secret` (a Pod made by an older operator has no
 /// credentials Secret).
-fn mounts(pod: &k8s_openapi::api::core::v1::Pod, secret: &str) -> bool {
-    let volumes = pod
-        .spec
-        .iter()
-        .flat_map(|spec| spec.volumes.iter().flatten());
-    volumes
-        .filter_map(|v| v.secret.as_ref()?.secret_name.as_deref())
-        .any(|name| name == secret)
+fn mounts(pod: &PodView, secret: &str) -> bool {
+    pod.secrets.iter().any(|name| name == secret)
 }
 
 /// The effective config, or why there is none.
