@@ -60,7 +60,8 @@ fn announcement(step: &Step) -> Option<ClusterEvent> {
     }
 }
 
-/// The event said once a step has been carried out.
+/// The event said once a step has been carried out. (A stall's event is said once, when the
+/// status first shows it: see `stall_is_new`.)
 fn completion(step: &Step, outcome: &Outcome) -> Option<ClusterEvent> {
     let what = step.headline();
     match (step, outcome) {
@@ -78,7 +79,6 @@ fn completion(step: &Step, outcome: &Outcome) -> Option<ClusterEvent> {
             node: node.clone(),
             what,
         }),
-        (Step::Stalled { .. }, _) => Some(ClusterEvent::RollStalled { what }),
         _ => None,
     }
 }

@@ -39,7 +39,7 @@ use super::observe::{PodView, StoredStatus, memory_of, read_nodes, read_status};
 use super::render::ClusterRender;
 use super::status::{
     ConditionType, PassReport, Reason, acl_applied, degraded, newly_failing, progress,
-    set_condition, summarize,
+    set_condition, stall_is_new, stalled_since, summarize,
 };
 use super::{act, credentials, live, membership, rollouts, secrets, settled};
 use crate::api::annotations::RETRY_FAILOVERS;
@@ -88,7 +88,7 @@ async fn light_pass(ctx: &Context, cluster: &ValkeyCluster) -> Option<Action> {
     let progress = progress(&view.desired, &observed, &converged);
     ctx.metrics
         .roll_progress(&key.namespace, &key.name, &progress);
-    Some(requeue_after(&converged))
+    Some(requeue_after(&converged, Duration::ZERO))
 }
 
 /// The pipeline of a cluster that is not being deleted.
@@ -335,6 +335,13 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         cluster.metadata.generation,
         now,
     );
+    if stall_is_new(&stored.status.conditions, &status.conditions) {
+        let stalled = ClusterEvent::RollStalled {
+            what: step.headline(),
+        };
+        publish(&ctx.recorder, cluster, &stalled).await;
+    }
+    let stalled_for = stalled_since(&status.conditions).map(|since| elapsed_since(&since.0));
     write_status(ctx, cluster, &stored.status, status).await?;
     acted?;
     if quiet && applied.everywhere && matches!(step, Step::Converged) {
@@ -350,7 +357,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     }
     // Only a pass that got this far resets the backoff: one waiting for its config keeps it.
     ctx.backoff.succeeded(&cluster_key(cluster));
-    Ok(requeue_after(&step))
+    Ok(requeue_after(&step, stalled_for.unwrap_or_default()))
 }
 
 /// Whether the Pod mounts the Secret `secret` (a Pod made by an older operator has no
@@ -461,12 +468,24 @@ fn desired_shape(cluster: &ValkeyCluster, render: &ClusterRender<'_>) -> Desired
     }
 }
 
+/// How soon a stalled cluster is asked again: at first, and at most (after 4 minutes stalled).
+const STALL_RECHECK_FIRST: Duration = Duration::from_secs(5);
+const STALL_RECHECK_MAX: Duration = Duration::from_secs(60);
+
+/// Time since `since` by this clock (zero if it lies ahead).
+fn elapsed_since(since: &Timestamp) -> Duration {
+    Duration::try_from(Timestamp::now().duration_since(*since)).unwrap_or_default()
+}
+
 /// Requeue by cause: soon while a step is in flight, slowly once settled, and slowly too
 /// where a watch wakes the cluster when what it waits for happens.
-fn requeue_after(step: &Step) -> Action {
+fn requeue_after(step: &Step, stalled_for: Duration) -> Action {
     Action::requeue(match step {
         Step::Converged => Duration::from_secs(60),
-        Step::Stalled { .. } => Duration::from_secs(5),
+        // A stall waits for a person or for a change a watch reports (a spec, an annotation,
+        // a Pod); the pass only covers what Valkey may mend by itself. So the longer it has
+        // lasted the less often it is asked: a fleet of stalled clusters costs little.
+        Step::Stalled { .. } => (stalled_for / 4).clamp(STALL_RECHECK_FIRST, STALL_RECHECK_MAX),
         // Its place comes when another cluster of its group finishes or recovers, which wakes
         // it (`Rollouts::take_wakes`); the requeue only covers a new leader still learning.
         Step::Wait {
@@ -614,4 +633,26 @@ async fn write_status(
     ctx.metrics
         .degraded(&namespace, &cluster.name_any(), reason);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::roll::StallReason;
+
+    #[test]
+    fn a_stall_is_asked_less_often_the_longer_it_lasts() {
+        let stalled = Step::Stalled {
+            reason: StallReason::NoPrimary { shard: 0 },
+        };
+        let after = |seconds: u64| requeue_after(&stalled, Duration::from_secs(seconds));
+        assert_eq!(after(0), Action::requeue(Duration::from_secs(5)));
+        assert_eq!(after(40), Action::requeue(Duration::from_secs(10)));
+        assert_eq!(after(120), Action::requeue(Duration::from_secs(30)));
+        assert_eq!(after(3600), Action::requeue(Duration::from_secs(60)));
+        assert_eq!(
+            requeue_after(&Step::Converged, Duration::ZERO),
+            Action::requeue(Duration::from_secs(60))
+        );
+    }
 }

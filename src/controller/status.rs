@@ -168,6 +168,26 @@ pub fn newly_failing(stored: &[Condition], verdict: &Verdict) -> bool {
         && before.is_none_or(|c| c.status != "False" || c.reason != verdict.reason.as_str())
 }
 
+/// The `Degraded` condition, while it says the roll is stalled.
+fn stall(conditions: &[Condition]) -> Option<&Condition> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == ConditionType::Degraded.as_str())
+        .filter(|c| c.status == "True" && c.reason == Reason::RollStalled.as_str())
+}
+
+/// Whether `now`'s conditions hold a stall the stored ones did not (a stall began, or it is
+/// another one): worth one `RollStalled` event. A stall seen again on every pass is not news.
+pub fn stall_is_new(stored: &[Condition], now: &[Condition]) -> bool {
+    stall(now).is_some_and(|now| stall(stored).is_none_or(|before| before.message != now.message))
+}
+
+/// Since when the cluster has been stalled (its `Degraded` condition's transition to True),
+/// if it is.
+pub fn stalled_since(conditions: &[Condition]) -> Option<&Time> {
+    stall(conditions).map(|c| &c.last_transition_time)
+}
+
 /// `AclApplied`: false while a node refuses a user or a user cannot be built, naming them.
 pub fn acl_applied(unbuilt: &[AclError], refusals: &[NodeRefusal]) -> Verdict {
     const SHOWN: usize = 3;

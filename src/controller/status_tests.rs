@@ -379,3 +379,39 @@ fn a_failing_verdict_is_news_once_per_reason() {
         "false again after true"
     );
 }
+
+#[test]
+fn a_stall_is_news_once_and_dates_from_its_start() {
+    let stalled =
+        |message: &str| verdict(ConditionType::Degraded, true, Reason::RollStalled, message);
+    let mut stored = Vec::new();
+    let mut now = Vec::new();
+    set_condition(
+        &mut now,
+        stalled("shard 0, Stalled (JoinOverdue): a"),
+        Some(1),
+        at(10),
+    );
+    assert!(stall_is_new(&stored, &now), "a stall began");
+    assert_eq!(stalled_since(&now), Some(&at(10)));
+    stored = now.clone();
+    set_condition(
+        &mut now,
+        stalled("shard 0, Stalled (JoinOverdue): a"),
+        Some(1),
+        at(20),
+    );
+    assert!(!stall_is_new(&stored, &now), "the same stall, seen again");
+    assert_eq!(stalled_since(&now), Some(&at(10)), "dated from its start");
+    set_condition(
+        &mut now,
+        stalled("shard 1, Stalled (NoPrimary)"),
+        Some(1),
+        at(30),
+    );
+    assert!(stall_is_new(&stored, &now), "another stall");
+    let failed = verdict(ConditionType::Degraded, true, Reason::StepFailed, "x");
+    set_condition(&mut now, failed, Some(1), at(40));
+    assert!(!stall_is_new(&stored, &now), "a failed step is not a stall");
+    assert_eq!(stalled_since(&now), None);
+}
