@@ -1,9 +1,9 @@
 //! A fleet rollout a platform team steers, end to end: six one-node clusters on one config
 //! with `spec.rollout: {maxConcurrent: 2}`, a canary in wave 0, two clusters in wave 1 and three
 //! in the last wave. A server-side dry run of the change says how it will be paced. A change
-//! onto an image the test kubelet cannot run stalls the canary and halts the rest (condition,
-//! event and status on the config); fixing the image resumes it; a pause by annotation in the
-//! middle starts nobody new until it is lifted. Sampled from the ValkeyNodes throughout: never
+//! onto an image the test kubelet cannot run stalls the canary and halts the rest (a `Halted`
+//! condition, an event and the status on the config); fixing the image resumes it; a pause by
+//! annotation in the middle starts nobody new until it is lifted. Sampled from the ValkeyNodes throughout: never
 //! more than two clusters rolling, and each wave starting only once the one before completed.
 //! `kubectl get valkeyconfigs` shows the fleet columns.
 
@@ -202,6 +202,14 @@ async fn a_capped_rollout_in_waves_halts_on_a_stall_resumes_when_fixed_and_pause
         },
     )
     .await;
+    let halted = config(&product);
+    let condition = |field| harness::k8s::condition_field(&halted, "Halted", field);
+    assert_eq!(condition("status").as_deref(), Some("True"), "{halted}");
+    assert_eq!(
+        condition("reason").as_deref(),
+        Some("RollStalled"),
+        "{halted}"
+    );
     let events = config_events(&product);
     assert!(
         events.contains("RolloutStarted") && events.contains("RolloutHalted"),
@@ -331,9 +339,13 @@ async fn a_capped_rollout_in_waves_halts_on_a_stall_resumes_when_fixed_and_pause
         Duration::from_secs(30),
         async || {
             let status = &config(&product)["status"];
-            (status["upToDate"] == 6 && status["rollout"] == "Complete" && status["stalled"] == 0)
-                .then_some(())
-                .ok_or(status.to_string())
+            let unhalted = harness::k8s::condition_field(&config(&product), "Halted", "status");
+            (status["upToDate"] == 6
+                && status["rollout"] == "Complete"
+                && status["stalled"] == 0
+                && unhalted.as_deref() == Some("False"))
+            .then_some(())
+            .ok_or(status.to_string())
         },
     )
     .await;

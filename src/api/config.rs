@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -71,7 +72,7 @@ pub struct RolloutPolicy {
 
 /// How far a change has got across the clusters that resolve through a config (or run an
 /// image): written by the operator.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FleetStatus {
     /// Clusters resolving through it.
@@ -87,6 +88,9 @@ pub struct FleetStatus {
     /// `Complete`, `Rolling`, `Paused` or `Halted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<String>,
+    /// `Halted`: True (reason `RollStalled`) while a stalled cluster holds the rollout back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }
 
 /// Resources of one Valkey node; each field overrides the base config's independently.

@@ -10,11 +10,14 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
+use super::status::{self, ConditionType, Reason, set_condition};
 use crate::api::{FleetStatus, ValkeyCluster, ValkeyConfig, ValkeyImage};
 use crate::fleet::{ClusterKey, Fleet};
 use crate::resolve::{self, Catalog, EffectiveConfig};
@@ -296,13 +299,18 @@ pub async fn write_fleet_status(
                 let chain = resolve::chain_of(name, &*fleet).unwrap_or_default();
                 chain.iter().any(|(config, _)| fleet.is_paused(config))
             };
+            let before = |key: &(bool, String)| written.get(key);
             let configs = fleet.config_names().map(|name| {
                 let tally = config_tallies.get(name).copied().unwrap_or_default();
-                ((true, name.clone()), status(tally, paused(name)))
+                let key = (true, name.clone());
+                let status = status(tally, paused(name), before(&key));
+                (key, status)
             });
             let images = fleet.image_names().map(|name| {
                 let tally = image_tallies.get(name).copied().unwrap_or_default();
-                ((false, name.clone()), status(tally, false))
+                let key = (false, name.clone());
+                let status = status(tally, false, before(&key));
+                (key, status)
             });
             configs.chain(images).collect::<Vec<_>>()
         };
@@ -343,7 +351,16 @@ pub async fn write_fleet_status(
     }
 }
 
-fn status(tally: Tally, paused: bool) -> FleetStatus {
+/// The status for `tally`, its `Halted` condition carried on from `before` (the status last
+/// written) so that its transition time moves only when it turns.
+fn status(tally: Tally, paused: bool, before: Option<&FleetStatus>) -> FleetStatus {
+    let mut conditions = before.map(|b| b.conditions.clone()).unwrap_or_default();
+    set_condition(
+        &mut conditions,
+        halted(&tally),
+        None,
+        Time(Timestamp::now()),
+    );
     FleetStatus {
         clusters: tally.clusters,
         up_to_date: tally.up_to_date,
@@ -351,6 +368,30 @@ fn status(tally: Tally, paused: bool) -> FleetStatus {
         queued: tally.queued,
         stalled: tally.stalled,
         rollout: Some(tally.phase(paused).to_owned()),
+        conditions,
+    }
+}
+
+/// `Halted`: whether a stalled cluster holds the rollout back, and what starts it again.
+fn halted(tally: &Tally) -> status::Verdict {
+    let stalled = tally.stalled > 0;
+    status::Verdict {
+        type_: ConditionType::Halted,
+        status: stalled,
+        reason: if stalled {
+            Reason::RollStalled
+        } else {
+            Reason::Healthy
+        },
+        message: if stalled {
+            format!(
+                "{} of {} clusters stalled: no other cluster starts rolling until the cause is fixed \
+                 (kubectl get valkeyclusters -A shows which; their Degraded condition says why)",
+                tally.stalled, tally.clusters
+            )
+        } else {
+            String::new()
+        },
     }
 }
 
@@ -425,6 +466,47 @@ mod tests {
         assert_eq!(say("Rolling", "Complete"), Some("RolloutCompleted"));
         assert_eq!(say("Rolling", "Rolling"), None);
         assert_eq!(phase_event(None, Some("Rolling".into()), &status), None);
+    }
+
+    #[test]
+    fn a_halt_is_a_condition_that_turns_only_when_the_stall_comes_and_goes() {
+        let rolling = Tally {
+            clusters: 6,
+            up_to_date: 1,
+            rolling: 1,
+            queued: 4,
+            stalled: 0,
+        };
+        let halted_tally = Tally {
+            stalled: 1,
+            rolling: 0,
+            ..rolling
+        };
+        let halt = |status: &FleetStatus| {
+            let c = &status.conditions[0];
+            (c.type_.clone(), c.status.clone(), c.reason.clone())
+        };
+        let first = status(rolling, false, None);
+        assert_eq!(
+            halt(&first),
+            ("Halted".into(), "False".into(), "Healthy".into())
+        );
+        assert_eq!(
+            status(rolling, false, Some(&first)),
+            first,
+            "nothing to write again"
+        );
+        let stalled = status(halted_tally, false, Some(&first));
+        assert_eq!(
+            halt(&stalled),
+            ("Halted".into(), "True".into(), "RollStalled".into())
+        );
+        assert!(
+            stalled.conditions[0]
+                .message
+                .starts_with("1 of 6 clusters stalled")
+        );
+        assert_eq!(stalled.conditions.len(), 1);
     }
 
     fn standing(group: &str, progress: Progress) -> Standing {

@@ -30,6 +30,8 @@ pub enum ConditionType {
     Degraded,
     /// Every reachable node has the users `spec.acl` names, as written.
     AclApplied,
+    /// On a ValkeyConfig or ValkeyImage: a stalled cluster holds its rollout back.
+    Halted,
 }
 
 /// Why a condition has its status.
@@ -70,6 +72,7 @@ impl ConditionType {
             ConditionType::Progressing => "Progressing",
             ConditionType::Degraded => "Degraded",
             ConditionType::AclApplied => "AclApplied",
+            ConditionType::Halted => "Halted",
         }
     }
 }
