@@ -53,6 +53,10 @@ pub struct ControlPlane {
     data_dir: tempfile::TempDir,
 }
 
+/// Start-ups tried when a port found free was taken before our server bound it (a free port
+/// is found by binding and closing it, so a test starting beside this one may take it first).
+const START_ATTEMPTS: usize = 3;
+
 impl ControlPlane {
     /// Starts a control plane with default options and waits until it is ready.
     pub async fn start() -> Result<Self, Error> {
@@ -82,14 +86,45 @@ impl ControlPlane {
             data_dir,
         };
 
-        let etcd_url = control_plane.spawn_etcd()?;
-        let port = free_port().map_err(Error::io("finding a free port"))?;
-        control_plane.server_url = format!("https://127.0.0.1:{port}");
-        control_plane.spawn_apiserver(&pki, &etcd_url, port)?;
-        write_kubeconfig(&control_plane.kubeconfig, &control_plane.server_url, &pki)?;
-        control_plane.wait_ready(options.ready_timeout).await?;
+        let mut attempt = 1;
+        loop {
+            match control_plane
+                .start_servers(&pki, options.ready_timeout)
+                .await
+            {
+                Err(error) if attempt < START_ATTEMPTS && error.is_port_taken() => {
+                    control_plane.stop();
+                    let etcd = control_plane.data_dir().join("etcd");
+                    std::fs::remove_dir_all(&etcd)
+                        .or_else(|e| match e.kind() {
+                            std::io::ErrorKind::NotFound => Ok(()),
+                            _ => Err(e),
+                        })
+                        .map_err(Error::io("clearing etcd's data for another start"))?;
+                    attempt += 1;
+                }
+                result => break result?,
+            }
+        }
         control_plane.spawn_controller_manager()?;
         Ok(control_plane)
+    }
+
+    /// etcd and the API server on ports found free, until `/readyz` answers.
+    async fn start_servers(&mut self, pki: &Pki, ready_timeout: Duration) -> Result<(), Error> {
+        let etcd_url = self.spawn_etcd()?;
+        let port = free_port().map_err(Error::io("finding a free port"))?;
+        self.server_url = format!("https://127.0.0.1:{port}");
+        self.spawn_apiserver(pki, &etcd_url, port)?;
+        write_kubeconfig(&self.kubeconfig, &self.server_url, pki)?;
+        self.wait_ready(ready_timeout).await
+    }
+
+    /// Stops every process, in reverse start order: controllers, the API server, then etcd.
+    fn stop(&mut self) {
+        while let Some(process) = self.processes.pop() {
+            drop(process);
+        }
     }
 
     /// The admin kubeconfig (client certificate in group `system:masters`).
@@ -281,10 +316,7 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
-        // Stop in reverse start order: controllers, then the API server, then etcd.
-        while let Some(process) = self.processes.pop() {
-            drop(process);
-        }
+        self.stop();
     }
 }
 

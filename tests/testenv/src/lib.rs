@@ -75,6 +75,11 @@ impl Error {
         let action = action.into();
         move |source| Error::Kube { action, source }
     }
+
+    /// A server that exited because the port it was given had been taken meanwhile.
+    fn is_port_taken(&self) -> bool {
+        matches!(self, Error::Exited { log_tail, .. } if log_tail.contains("address already in use"))
+    }
 }
 
 /// Where `valkey-server` binaries live, one folder per version: `$VALKEY_BIN_ROOT`, else
@@ -119,4 +124,24 @@ fn home() -> PathBuf {
     std::env::var_os("HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/root"))
+}
+
+#[cfg(test)]
+mod error_tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::Error;
+
+    #[test]
+    fn only_a_server_that_lost_its_port_is_started_again() {
+        let exited = |log_tail: &str| Error::Exited {
+            name: "kube-apiserver".into(),
+            status: std::process::ExitStatus::from_raw(256),
+            log_tail: log_tail.into(),
+        };
+        let taken = "failed to listen on 127.0.0.1:35213: bind: address already in use";
+        assert!(exited(taken).is_port_taken());
+        assert!(!exited("invalid flag --foo").is_port_taken());
+        assert!(!Error::Binaries(taken.into()).is_port_taken());
+    }
 }
