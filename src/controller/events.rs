@@ -3,7 +3,7 @@
 //! and related object into one series (keeping the first note), so without it every join of a
 //! roll would show as the first one, counted.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -177,9 +177,10 @@ impl ClusterEvent {
 /// only when it next publishes: a fleet's burst of events (a node joining each of 10,000
 /// clusters) would stay in memory, 3 KiB each, until then. A renewed recorder starts a new
 /// series for a repeat; repeats a few seconds apart (a conflict said each pass) still fold.
+#[derive(Clone)]
 pub struct EventRecorder {
     client: Client,
-    current: Mutex<Current>,
+    current: Arc<Mutex<Current>>,
 }
 
 struct Current {
@@ -202,12 +203,17 @@ impl EventRecorder {
         };
         Self {
             client,
-            current: Mutex::new(current),
+            current: Arc::new(Mutex::new(current)),
         }
     }
 
     fn fresh(client: &Client) -> Recorder {
         Recorder::new(client.clone(), Reporter::from("valkey-operator"))
+    }
+
+    /// Publishes `event` about `reference` (the operator's one way to record an event).
+    pub async fn publish(&self, event: &Event, reference: &ObjectReference) -> kube::Result<()> {
+        self.take().publish(event, reference).await
     }
 
     /// The recorder to publish one event with.
@@ -244,7 +250,7 @@ pub async fn publish(recorder: &EventRecorder, cluster: &ValkeyCluster, event: &
         secondary,
     };
     let reference = cluster.object_ref(&());
-    if let Err(error) = recorder.take().publish(&recorded, &reference).await {
+    if let Err(error) = recorder.publish(&recorded, &reference).await {
         tracing::warn!(%error, reason = event.reason(), "could not record an event");
     }
 }

@@ -43,7 +43,6 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -428,7 +427,7 @@ pub async fn run(
             client.clone(),
             fleet.clone(),
             context.rollouts.clone(),
-            Recorder::new(client.clone(), Reporter::from("valkey-operator")),
+            context.recorder.clone(),
         );
         tokio::select! {
             () = controller => {}

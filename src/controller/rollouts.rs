@@ -13,10 +13,11 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
+use super::events::EventRecorder;
 use super::status::{self, ConditionType, Reason, set_condition};
 use crate::api::{FleetStatus, ValkeyCluster, ValkeyConfig, ValkeyImage};
 use crate::fleet::{ClusterKey, Fleet};
@@ -279,7 +280,7 @@ pub async fn write_fleet_status(
     client: Client,
     fleet: std::sync::Arc<std::sync::RwLock<Fleet>>,
     rollouts: std::sync::Arc<Rollouts>,
-    recorder: Recorder,
+    recorder: EventRecorder,
 ) {
     let configs: Api<ValkeyConfig> = Api::all(client.clone());
     let images: Api<ValkeyImage> = Api::all(client);
@@ -424,7 +425,7 @@ fn phase_event(
 }
 
 async fn publish(
-    recorder: &Recorder,
+    recorder: &EventRecorder,
     config: &str,
     (reason, note, warning): (&'static str, String, bool),
 ) {
