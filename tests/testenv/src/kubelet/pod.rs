@@ -106,6 +106,22 @@ pub(super) async fn run(shared: Arc<Shared>, mut pods: watch::Receiver<Option<Po
     }
 }
 
+/// How long a Pod's worker sleeps before it looks again, unless the Pod changes first (a
+/// change wakes it at once). A waiting container has nothing to look at before its retry: a
+/// fleet of thousands of Pods that never start (the fleet benchmark's memory phase) would
+/// otherwise spend this machine's CPU re-checking them twice a second.
+fn next_check(phase: &Phase, ready: bool, now: Instant) -> Duration {
+    match phase {
+        Phase::Running { .. } if !ready => STARTING_PROBE,
+        Phase::Running { .. } | Phase::Terminated(_) => RESYNC,
+        // Never retried: looked at again only so a failed status report is sent again.
+        Phase::Waiting { retry_at: None, .. } => MAX_BACKOFF,
+        Phase::Waiting {
+            retry_at: Some(at), ..
+        } => at.saturating_duration_since(now).min(MAX_BACKOFF),
+    }
+}
+
 fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
@@ -193,10 +209,7 @@ impl PodWorker {
     }
 
     fn next_check(&self) -> Duration {
-        match self.phase {
-            Phase::Running { .. } if !self.ready => STARTING_PROBE,
-            _ => RESYNC,
-        }
+        next_check(&self.phase, self.ready, Instant::now())
     }
 
     fn ip(&self) -> Option<Ipv4Addr> {
@@ -732,4 +745,41 @@ async fn answers_ping(ip: Ipv4Addr, port: u16) -> bool {
         .ok()
         .flatten()
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(retry_at: Option<Instant>) -> Phase {
+        Phase::Waiting {
+            reason: "ErrImagePull".into(),
+            message: String::new(),
+            retry_at,
+        }
+    }
+
+    #[test]
+    fn a_waiting_container_is_looked_at_again_when_its_retry_is_due() {
+        let now = Instant::now();
+        let in_eight_seconds = waiting(Some(now + Duration::from_secs(8)));
+        assert_eq!(
+            next_check(&in_eight_seconds, false, now),
+            Duration::from_secs(8)
+        );
+        let overdue = waiting(Some(now - Duration::from_secs(1)));
+        assert_eq!(next_check(&overdue, false, now), Duration::ZERO);
+        assert_eq!(next_check(&waiting(None), false, now), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn a_running_container_is_probed_fast_until_ready_then_resynced() {
+        let running = Phase::Running {
+            started_at: now(),
+            port: 6379,
+        };
+        let at = Instant::now();
+        assert_eq!(next_check(&running, false, at), STARTING_PROBE);
+        assert_eq!(next_check(&running, true, at), RESYNC);
+    }
 }
