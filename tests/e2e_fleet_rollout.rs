@@ -338,8 +338,9 @@ async fn a_capped_rollout_in_waves_halts_on_a_stall_resumes_when_fixed_and_pause
         "the config's rollout to complete",
         Duration::from_secs(30),
         async || {
-            let status = &config(&product)["status"];
-            let unhalted = harness::k8s::condition_field(&config(&product), "Halted", "status");
+            let latest = config(&product);
+            let status = &latest["status"];
+            let unhalted = harness::k8s::condition_field(&latest, "Halted", "status");
             (status["upToDate"] == 6
                 && status["rollout"] == "Complete"
                 && status["stalled"] == 0

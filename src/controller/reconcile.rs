@@ -39,7 +39,7 @@ use super::observe::{PodView, StoredStatus, memory_of, read_nodes, read_status};
 use super::render::ClusterRender;
 use super::status::{
     ConditionType, PassReport, Reason, acl_applied, degraded, newly_failing, progress,
-    set_condition, stall_is_new, stalled_since, summarize,
+    set_condition, stall_is_new, stalled_for, summarize,
 };
 use super::{act, credentials, live, membership, rollouts, secrets, settled};
 use crate::api::annotations::RETRY_FAILOVERS;
@@ -333,7 +333,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         &mut status.conditions,
         acl,
         cluster.metadata.generation,
-        now,
+        now.clone(),
     );
     if stall_is_new(&stored.status.conditions, &status.conditions) {
         let stalled = ClusterEvent::RollStalled {
@@ -341,7 +341,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         };
         publish(&ctx.recorder, cluster, &stalled).await;
     }
-    let stalled_for = stalled_since(&status.conditions).map(|since| elapsed_since(&since.0));
+    let stalled_for = stalled_for(&status.conditions, &now);
     write_status(ctx, cluster, &stored.status, status).await?;
     acted?;
     if quiet && applied.everywhere && matches!(step, Step::Converged) {
@@ -471,11 +471,6 @@ fn desired_shape(cluster: &ValkeyCluster, render: &ClusterRender<'_>) -> Desired
 /// How soon a stalled cluster is asked again: at first, and at most (after 4 minutes stalled).
 const STALL_RECHECK_FIRST: Duration = Duration::from_secs(5);
 const STALL_RECHECK_MAX: Duration = Duration::from_secs(60);
-
-/// Time since `since` by this clock (zero if it lies ahead).
-fn elapsed_since(since: &Timestamp) -> Duration {
-    Duration::try_from(Timestamp::now().duration_since(*since)).unwrap_or_default()
-}
 
 /// Requeue by cause: soon while a step is in flight, slowly once settled, and slowly too
 /// where a watch wakes the cluster when what it waits for happens.

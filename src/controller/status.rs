@@ -6,6 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
@@ -185,10 +186,12 @@ pub fn stall_is_new(stored: &[Condition], now: &[Condition]) -> bool {
     stall(now).is_some_and(|now| stall(stored).is_none_or(|before| before.message != now.message))
 }
 
-/// Since when the cluster has been stalled (its `Degraded` condition's transition to True),
-/// if it is.
-pub fn stalled_since(conditions: &[Condition]) -> Option<&Time> {
-    stall(conditions).map(|c| &c.last_transition_time)
+/// How long the cluster has been stalled at `now` (since its `Degraded` condition turned True),
+/// if it is; zero if that time lies ahead of this clock.
+pub fn stalled_for(conditions: &[Condition], now: &Time) -> Option<Duration> {
+    stall(conditions).map(|c| {
+        Duration::try_from(now.0.duration_since(c.last_transition_time.0)).unwrap_or_default()
+    })
 }
 
 /// `AclApplied`: false while a node refuses a user or a user cannot be built, naming them.

@@ -393,7 +393,7 @@ fn a_stall_is_news_once_and_dates_from_its_start() {
         at(10),
     );
     assert!(stall_is_new(&stored, &now), "a stall began");
-    assert_eq!(stalled_since(&now), Some(&at(10)));
+    assert_eq!(stalled_for(&now, &at(12)), Some(Duration::from_secs(2)));
     stored = now.clone();
     set_condition(
         &mut now,
@@ -402,7 +402,11 @@ fn a_stall_is_news_once_and_dates_from_its_start() {
         at(20),
     );
     assert!(!stall_is_new(&stored, &now), "the same stall, seen again");
-    assert_eq!(stalled_since(&now), Some(&at(10)), "dated from its start");
+    assert_eq!(
+        stalled_for(&now, &at(25)),
+        Some(Duration::from_secs(15)),
+        "dated from its start"
+    );
     set_condition(
         &mut now,
         stalled("shard 1, Stalled (NoPrimary)"),
@@ -413,5 +417,5 @@ fn a_stall_is_news_once_and_dates_from_its_start() {
     let failed = verdict(ConditionType::Degraded, true, Reason::StepFailed, "x");
     set_condition(&mut now, failed, Some(1), at(40));
     assert!(!stall_is_new(&stored, &now), "a failed step is not a stall");
-    assert_eq!(stalled_since(&now), None);
+    assert_eq!(stalled_for(&now, &at(45)), None);
 }

@@ -93,14 +93,7 @@ impl ControlPlane {
                 .await
             {
                 Err(error) if attempt < START_ATTEMPTS && error.is_port_taken() => {
-                    control_plane.stop();
-                    let etcd = control_plane.data_dir().join("etcd");
-                    std::fs::remove_dir_all(&etcd)
-                        .or_else(|e| match e.kind() {
-                            std::io::ErrorKind::NotFound => Ok(()),
-                            _ => Err(e),
-                        })
-                        .map_err(Error::io("clearing etcd's data for another start"))?;
+                    control_plane.clear_for_another_start()?;
                     attempt += 1;
                 }
                 result => break result?,
@@ -118,6 +111,18 @@ impl ControlPlane {
         self.spawn_apiserver(pki, &etcd_url, port)?;
         write_kubeconfig(&self.kubeconfig, &self.server_url, pki)?;
         self.wait_ready(ready_timeout).await
+    }
+
+    /// Stops the servers of a failed start and drops etcd's data: an etcd started again on the
+    /// data of one that had other ports would keep its old member address.
+    fn clear_for_another_start(&mut self) -> Result<(), Error> {
+        self.stop();
+        match std::fs::remove_dir_all(self.data_dir().join("etcd")) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::io("clearing etcd's data for another start")(e))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Stops every process, in reverse start order: controllers, the API server, then etcd.
