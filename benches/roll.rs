@@ -4,8 +4,9 @@
 //! `BENCH_VALUE_BYTES` each, default 100), then rolled to 9.1.2 under a continuous writer. It
 //! prints, per shard: the roll's total time, the replicas' full-sync time, the overhead beyond
 //! them, and the write-unavailability window of its failover (the longest gap between
-//! acknowledged writes around it); the same for the whole cluster; and the time atomic slot
-//! migration takes to move slot ranges holding a known number of keys.
+//! acknowledged writes around it); the same for the whole cluster; and the time slot migration
+//! takes to move slot ranges holding a known number of keys, atomically (9.1) and key by key
+//! (what 9.0 nodes get).
 //!
 //! Run: `cargo bench --bench roll` (needs `hack/fetch-valkey.sh 9.0.0 9.1.2`).
 
@@ -22,7 +23,8 @@ use harness::valkey::{NEW, OLD, Writer, key_slot, lost_writes, primaries};
 use tokio::time::Instant;
 use valkey_operator::roll::slots::SLOT_COUNT;
 use valkey_operator::roll::{SlotRange, Step};
-use valkey_operator::valkey::{NodeClient, forget_everywhere};
+use valkey_operator::valkey::migration::{KeyMove, move_keys};
+use valkey_operator::valkey::{NodeAddress, NodeClient, Reach, forget_everywhere};
 
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -311,6 +313,60 @@ async fn main() {
             .migrate_slots(&shard0.id, &[range], Duration::from_secs(300))
             .await
             .unwrap();
+    }
+    // The protocol 9.0 clusters move slots with (`SETSLOT`, `MIGRATE`), on the same nodes.
+    println!("key-by-key slot migration (SETSLOT, MIGRATE; what a 9.0 node gets):");
+    let target_address: NodeAddress = nodes
+        .values()
+        .find(|a| by_id[target].addr() == a.as_str())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let source_address: NodeAddress = source.addr().parse().unwrap();
+    for last_slot in [255u16, 2047, 5460] {
+        let range = SlotRange::new(0, last_slot);
+        let held = keys_in(source.addr(), range).await;
+        let took = Instant::now();
+        let moved = move_keys(
+            &key_move(source_address, target_address).await,
+            &[range],
+            Duration::from_secs(300),
+        )
+        .await
+        .unwrap();
+        println!(
+            "  slots {range} holding {held} keys ({moved} moved): {}",
+            secs(took.elapsed())
+        );
+        move_keys(
+            &key_move(target_address, source_address).await,
+            &[range],
+            Duration::from_secs(300),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// Connections for a key-by-key move from `from` to `to` (nodes without users), kept alive for
+/// the length of the program (a benchmark's few).
+async fn key_move(from: NodeAddress, to: NodeAddress) -> KeyMove<'static> {
+    let reach = Reach::plain(Duration::from_secs(5));
+    let connect = async |address| NodeClient::at(address, &reach).await.unwrap();
+    let mut source_pool = Vec::new();
+    let mut target_pool = Vec::new();
+    for _ in 0..15 {
+        source_pool.push(connect(from).await);
+        target_pool.push(connect(to).await);
+    }
+    KeyMove {
+        source: Box::leak(Box::new(connect(from).await)),
+        source_pool: Box::leak(source_pool.into_boxed_slice()),
+        target_pool: Box::leak(target_pool.into_boxed_slice()),
+        mover: Box::leak(Box::new(connect(from).await)),
+        target: Box::leak(Box::new(connect(to).await)),
+        target_address: to,
+        login: None,
     }
 }
 

@@ -122,8 +122,6 @@ pub enum Rule {
     On,
     /// The user may not log in (connections already logged in as it lose every command).
     Off,
-    /// Any password, or none, logs in (only ever for `default`, and only with a narrow grant).
-    NoPass,
     /// One command, `command|subcommand` or `@category` allowed outside any key pattern: the
     /// operator's own users, whose grants are constants of [`crate::credentials`].
     Allow(&'static str),
@@ -161,7 +159,6 @@ impl fmt::Display for Rule {
             Rule::Reset => f.write_str("reset"),
             Rule::On => f.write_str("on"),
             Rule::Off => f.write_str("off"),
-            Rule::NoPass => f.write_str("nopass"),
             Rule::Allow(command) => write!(f, "+{command}"),
             Rule::Deny(command) => write!(f, "-{command}"),
             Rule::AllKeys => f.write_str("~*"),

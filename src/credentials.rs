@@ -16,9 +16,10 @@
 //!   replication login; every node starts with `--include` of it, so it is closed from its
 //!   first command and no password appears in its Pod's spec.
 //!
-//! `default` is off from Valkey 9.1. Valkey 9.0 runs atomic slot migration's
-//! `CLUSTER SYNCSLOTS` on the source as `default`, so while any node of a cluster runs 9.0,
-//! `default` keeps exactly that one subcommand and nothing else ([`DefaultUser`]).
+//! `default` is off on every version: a client without credentials gets `NOAUTH` for every
+//! command. (Valkey 9.0's atomic slot migration would need `default` to keep `CLUSTER
+//! SYNCSLOTS`, which lets anyone move any shard's slots; 9.0 clusters move slots key by key
+//! instead, see [`crate::valkey::migration`].)
 //!
 //! A rotation (asked for with [`ROTATE_ANNOTATION`] on the Secret) never locks anything out:
 //! 1. **Adding**: new passwords are kept beside the current ones (`next-…` keys); every node
@@ -32,8 +33,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-
-use semver::Version;
 
 use crate::acl::{DEFAULT_USER, Rule, password_hash};
 use crate::valkey::Credentials;
@@ -142,7 +141,7 @@ impl SystemCredentials {
     }
 
     /// The Secret's data: the passwords, and the `auth.conf` nodes start with.
-    pub fn to_data(&self, default: DefaultUser) -> BTreeMap<String, String> {
+    pub fn to_data(&self) -> BTreeMap<String, String> {
         let mut data = BTreeMap::new();
         let mut put = |prefix: &str, passwords: &Passwords| {
             data.insert(
@@ -160,7 +159,7 @@ impl SystemCredentials {
             Rotation::Adding(next) => put(NEXT, next),
             Rotation::Dropping(previous) => put(PREVIOUS, previous),
         }
-        data.insert(AUTH_CONF.into(), self.auth_conf(default));
+        data.insert(AUTH_CONF.into(), self.auth_conf());
         data
     }
 
@@ -183,8 +182,8 @@ impl SystemCredentials {
             .collect()
     }
 
-    /// The operator's users as every node must have them now.
-    pub fn system_users(&self, default: DefaultUser) -> SystemUsers {
+    /// The operator's users as every node must have them now, and `default` closed.
+    pub fn system_users(&self) -> SystemUsers {
         let (operator, replication): (Vec<_>, Vec<_>) =
             self.all().into_iter().map(Passwords::hashes).unzip();
         SystemUsers {
@@ -199,13 +198,13 @@ impl SystemCredentials {
                 username: REPLICATION_USER.into(),
                 password: self.current.replication.clone(),
             },
-            default: default.rules(),
+            default: vec![Rule::Reset, Rule::Off],
         }
     }
 
     /// The file every node `--include`s: the users by hash, then the replication login.
-    pub fn auth_conf(&self, default: DefaultUser) -> String {
-        let users = self.system_users(default);
+    pub fn auth_conf(&self) -> String {
+        let users = self.system_users();
         let mut lines = vec![user_line(DEFAULT_USER, &users.default)];
         for (name, rules) in &users.users {
             lines.push(user_line(name, rules));
@@ -286,13 +285,16 @@ fn user_rules(hashes: &[String], commands: &[&'static str]) -> Vec<Rule> {
     rules
 }
 
-/// What the replication user may do beyond data: replication's own administrative commands.
+/// What the replication user may do beyond data: replication's own administrative commands
+/// (`CLUSTER SYNCSLOTS` is 9.1's atomic slot migration, whose source logs in to the target as
+/// this user).
 pub const REPLICATION_ADMIN_COMMANDS: [&str; 3] = ["psync", "replconf", "cluster|syncslots"];
 
 /// The replication user: every data command on every key, because a slot migration's target
-/// runs what it receives (`SELECT`, then the keys' data) as this user (Valkey 9.0 and 9.1 both
-/// refuse the migration with `NOPERM … 'select'` otherwise); of the administrative commands
-/// only replication's, so its password, which every Pod mounts, opens no `ACL` or `CONFIG`.
+/// runs what it receives as this user (atomic migration's `SELECT` and the keys' data, refused
+/// with `NOPERM … 'select'` otherwise; key-by-key migration's `RESTORE-ASKING` from `MIGRATE
+/// … AUTH2`); of the administrative commands only replication's, so its password, which every
+/// Pod mounts, opens no `ACL` or `CONFIG`.
 fn replication_rules(hashes: &[String]) -> Vec<Rule> {
     let mut rules = vec![Rule::Reset, Rule::On];
     rules.extend(hashes.iter().cloned().map(Rule::PasswordHash));
@@ -309,41 +311,6 @@ fn replication_rules(hashes: &[String]) -> Vec<Rule> {
 fn user_line(name: &str, rules: &[Rule]) -> String {
     let rules: Vec<String> = rules.iter().map(ToString::to_string).collect();
     format!("user {name} {}", rules.join(" "))
-}
-
-/// What the built-in `default` user may do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DefaultUser {
-    /// Nothing: a client without credentials gets `NOAUTH` (Valkey 9.1 and later).
-    Off,
-    /// `CLUSTER SYNCSLOTS` only, which Valkey 9.0's slot migration runs as `default`; every
-    /// other command of a client without credentials gets `NOPERM`.
-    SlotSyncOnly,
-}
-
-impl DefaultUser {
-    /// Closed, unless one of `versions` (the cluster's nodes and its target) is below 9.1, or
-    /// is not a version (taken as older: closing wrongly would break 9.0's slot migration).
-    pub fn for_versions<'a>(versions: impl IntoIterator<Item = &'a str>) -> Self {
-        let closes = Version::new(9, 1, 0);
-        let older = versions.into_iter().any(|v| match Version::parse(v) {
-            Ok(v) => Version::new(v.major, v.minor, v.patch) < closes,
-            Err(_) => true,
-        });
-        if older { Self::SlotSyncOnly } else { Self::Off }
-    }
-
-    fn rules(self) -> Vec<Rule> {
-        match self {
-            Self::Off => vec![Rule::Reset, Rule::Off],
-            Self::SlotSyncOnly => vec![
-                Rule::Reset,
-                Rule::On,
-                Rule::NoPass,
-                Rule::Allow("cluster|syncslots"),
-            ],
-        }
-    }
 }
 
 /// The operator's users, `default`, and the login replicas use, as written on a node.
@@ -387,14 +354,14 @@ mod tests {
                 current: pair("a"),
                 rotation,
             };
-            let data = bytes(credentials.to_data(DefaultUser::Off));
+            let data = bytes(credentials.to_data());
             assert_eq!(SystemCredentials::from_data(&data), Ok(credentials));
         }
     }
 
     #[test]
     fn a_damaged_secret_is_an_error_naming_the_key() {
-        let mut data = bytes(steady().to_data(DefaultUser::Off));
+        let mut data = bytes(steady().to_data());
         data.remove(REPLICATION_PASSWORD);
         let error = SystemCredentials::from_data(&data).unwrap_err();
         assert!(error.contains("only one of"), "{error}");
@@ -412,7 +379,7 @@ mod tests {
     #[test]
     fn auth_conf_closes_default_and_holds_only_hashes_of_user_passwords() {
         let credentials = steady();
-        let conf = credentials.auth_conf(DefaultUser::Off);
+        let conf = credentials.auth_conf();
         let lines: Vec<&str> = conf.lines().collect();
         assert_eq!(lines[0], "user default reset off");
         assert!(
@@ -431,31 +398,6 @@ mod tests {
         );
         // The operator's password is only ever there as its hash.
         assert!(!conf.contains(&credentials.current.operator));
-        let slot_sync = credentials.auth_conf(DefaultUser::SlotSyncOnly);
-        assert!(slot_sync.starts_with("user default reset on nopass +cluster|syncslots\n"));
-    }
-
-    #[test]
-    fn default_closes_only_when_no_node_runs_9_0() {
-        assert_eq!(DefaultUser::for_versions(["9.1.2"]), DefaultUser::Off);
-        assert_eq!(
-            DefaultUser::for_versions(["10.0.0", "9.1.0"]),
-            DefaultUser::Off
-        );
-        assert_eq!(
-            DefaultUser::for_versions(["9.1.2", "9.0.0"]),
-            DefaultUser::SlotSyncOnly
-        );
-        assert_eq!(
-            DefaultUser::for_versions(["9.1.0-rc1"]),
-            DefaultUser::Off,
-            "a 9.1 pre-release has 9.1's slot migration"
-        );
-        assert_eq!(
-            DefaultUser::for_versions(["9.1.2", "nine"]),
-            DefaultUser::SlotSyncOnly,
-            "what cannot be read is taken as older"
-        );
     }
 
     #[test]
@@ -493,7 +435,7 @@ mod tests {
         };
         let logins: Vec<String> = adding.logins().into_iter().map(|c| c.password).collect();
         assert_eq!(logins, [pair("a").operator, pair("b").operator]);
-        let users = adding.system_users(DefaultUser::Off);
+        let users = adding.system_users();
         let hashes = |rules: &[Rule]| {
             rules
                 .iter()

@@ -1,9 +1,11 @@
 //! The operator's own credentials end to end, on a real API server with real valkey-server
 //! Pods: each cluster gets a Secret it owns with the operator's and the replication user's
 //! passwords; nodes admit no client without credentials (`GET`, `SET`, `CONFIG GET`,
-//! `CLUSTER NODES` all refused); a rotation by annotation and a deleted Secret each move to new
-//! passwords with no roll, no failover and the writer never stopped; the guide's upgrade to
-//! 9.1 then closes `default` completely, with no acknowledged write lost.
+//! `CLUSTER NODES` all refused, on 9.0 as on 9.1), not even to Valkey 9.0's slot-migration
+//! protocol, with which a stranger would otherwise take a shard's slots and their keys; a
+//! rotation by annotation and a deleted Secret each move to new passwords with no roll, no
+//! failover and the writer never stopped; the guide's upgrade to 9.1 keeps all of that, with no
+//! acknowledged write lost.
 
 // Test code reports failures by panicking; the house rules against it are for the product.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -12,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use harness::eventually;
 use harness::k8s::{ClusterWatch, IMAGES, Product, condition_field};
-use harness::valkey::logins::anonymous_reply;
+use harness::valkey::attacks::hijack_slots;
+use harness::valkey::layout;
+use harness::valkey::logins::{admin, anonymous_reply};
 use k8s_openapi::ByteString;
 use serde_json::Value;
 use valkey_operator::credentials::{OPERATOR_USER, ROTATE_ANNOTATION, secret_name};
@@ -150,15 +154,35 @@ async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
     assert!(!pods.contains(&password), "an operator password in a Pod");
     let auth_conf = decode(&first["data"]["auth.conf"]);
     assert!(!auth_conf.contains(&password), "{auth_conf}");
-    // On 9.0 `default` keeps only CLUSTER SYNCSLOTS (its slot migration runs as `default`).
+    // `default` is closed on 9.0 too: slots move key by key there, never by its atomic protocol.
     assert!(
-        auth_conf.starts_with("user default reset on nopass +cluster|syncslots"),
+        auth_conf.starts_with("user default reset off\n"),
         "{auth_conf}"
     );
-    assert_anonymous_refused(&product, "NOPERM").await;
+    assert_anonymous_refused(&product, "NOAUTH").await;
+
+    // With an application writing: a stranger speaks 9.0's slot-migration protocol to shard 0's
+    // primary, asking it to take the end of shard 1's slots. Every step is refused; no slot
+    // changes owner; the writer's keys there stay (checked with every other write at the end).
+    let watch = ClusterWatch::start(&product, NAMESPACE, CLUSTER).await;
+    let (target, source_id) = primaries_by_shard(&product).await;
+    let replies = hijack_slots(&target, &source_id, 16000, 16383).await;
+    assert!(
+        replies.iter().all(|r| r.starts_with("-NOAUTH")),
+        "a step of the hijack answered: {replies:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let addresses: Vec<String> = product
+        .addresses(NAMESPACE, CLUSTER)
+        .into_values()
+        .collect();
+    assert_eq!(layout(&addresses).await, [(1, 8192), (1, 8192)]);
+    let (_, still) = primaries_by_shard(&product).await;
+    assert_eq!(still, source_id, "shard 1 changed hands");
+    println!("9.0 slot hijack without credentials: refused at every step ({replies:?})");
+    watch.assert_writing().await;
 
     // A rotation by annotation, with an application writing throughout.
-    let watch = ClusterWatch::start(&product, NAMESPACE, CLUSTER).await;
     let started = Instant::now();
     product.kubectl(&[
         "annotate",
@@ -206,15 +230,8 @@ async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
     report.assert_shards(2, 1, 1);
     // The rotations rolled nothing: exactly one failover per shard, the upgrade's.
     product.assert_failovers(NAMESPACE, CLUSTER, 2).await;
-    eventually(
-        "auth.conf to close default once no node runs 9.0",
-        Duration::from_secs(30),
-        async || {
-            let conf = decode(&secret(&product)["data"]["auth.conf"]);
-            conf.starts_with("user default reset off\n").then_some(())
-        },
-    )
-    .await;
+    let conf = decode(&secret(&product)["data"]["auth.conf"]);
+    assert!(conf.starts_with("user default reset off\n"), "{conf}");
     assert_anonymous_refused(&product, "NOAUTH").await;
 
     // Deleted while the operator does not remember the passwords (it restarted): it makes no new
@@ -264,4 +281,27 @@ async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
     .await;
     let (accepted, nodes) = logins_with(&product, &password).await;
     assert_eq!(accepted, nodes, "the restored password on every node");
+}
+
+/// The address of the primary owning slot 0 (shard 0) and the id of the one owning slot
+/// 16383 (shard 1), as the nodes themselves say.
+async fn primaries_by_shard(product: &Product) -> (String, String) {
+    let addresses = product.addresses(NAMESPACE, CLUSTER);
+    let any = addresses.values().next().expect("a Pod");
+    let view = admin(any, Duration::from_secs(2))
+        .await
+        .unwrap()
+        .cluster_nodes()
+        .await
+        .unwrap();
+    let owner = |slot: u16| {
+        view.iter()
+            .find(|n| n.slots.iter().any(|r| (r.start..=r.end).contains(&slot)))
+            .expect("an owner")
+    };
+    let target = owner(0);
+    (
+        format!("{}:{}", target.ip, target.port),
+        owner(16383).id.clone(),
+    )
 }

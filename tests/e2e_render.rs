@@ -19,7 +19,7 @@ use valkey_operator::api::{
 };
 use valkey_operator::controller::credentials::new_secret;
 use valkey_operator::controller::render::ClusterRender;
-use valkey_operator::credentials::{DefaultUser, OPERATOR_USER, SystemCredentials, secret_name};
+use valkey_operator::credentials::{OPERATOR_USER, SystemCredentials, secret_name};
 use valkey_operator::resolve::{Chain, EffectiveConfig, ResolvedImage};
 
 /// How long the API server, its controllers and the kubelet get for each step.
@@ -98,13 +98,7 @@ async fn a_rendered_node_runs_and_goes_with_its_cluster() {
 
     // The credentials Secret the Pod's auth.conf comes from, as the controller creates it.
     let credentials = SystemCredentials::fresh().unwrap();
-    let secret = new_secret(
-        &render,
-        &secret_name("orders"),
-        namespace,
-        &credentials,
-        DefaultUser::Off,
-    );
+    let secret = new_secret(&render, &secret_name("orders"), namespace, &credentials);
     Api::<Secret>::namespaced(client.clone(), namespace)
         .create(&PostParams::default(), &secret)
         .await

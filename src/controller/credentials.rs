@@ -1,7 +1,7 @@
 //! A cluster's credentials Secret on the API server (what it holds and why is
 //! [`crate::credentials`]): read each pass, created when absent (owned by the cluster, never
-//! taken over), its `auth.conf` kept in step with the cluster's versions, and a rotation moved
-//! on once every node took its last step.
+//! taken over), its `auth.conf` kept as the passwords make it (rewritten where an older
+//! operator wrote it otherwise), and a rotation moved on once every node took its last step.
 //!
 //! [`Known`] remembers the last credentials read per cluster, so a Secret deleted by a person
 //! comes back as a rotation from the passwords the nodes still have, not as new passwords that
@@ -22,9 +22,7 @@ use serde_json::{Map, Value, json};
 use super::error::Error;
 use super::host::MANAGER;
 use super::render::ClusterRender;
-use crate::credentials::{
-    DefaultUser, Passwords, ROTATE_ANNOTATION, Rotation, SystemCredentials, secret_name,
-};
+use crate::credentials::{Passwords, ROTATE_ANNOTATION, Rotation, SystemCredentials, secret_name};
 use crate::fleet::ClusterKey;
 
 /// The last credentials read for each cluster, with the Secret version they were read at
@@ -32,13 +30,11 @@ use crate::fleet::ClusterKey;
 #[derive(Debug, Default)]
 pub struct Known(Mutex<HashMap<ClusterKey, (SystemCredentials, Option<ReadAt>)>>);
 
-/// The Secret as a pass read it: its version, whether a person asked for a rotation, and the
-/// `default` user its data was checked against (another one may need it rewritten).
+/// The Secret as a pass read it: its version, and whether a person asked for a rotation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ReadAt {
     resource_version: String,
     rotate_asked: bool,
-    default: DefaultUser,
 }
 
 impl Known {
@@ -49,35 +45,22 @@ impl Known {
             .map(|(credentials, _)| credentials.clone())
     }
 
-    /// What was read, if the Secret is still at the version `current` it was read at, and was
-    /// checked against the same `default`.
-    fn unchanged(
-        &self,
-        cluster: &ClusterKey,
-        current: Option<&str>,
-        default: DefaultUser,
-    ) -> Option<Read> {
+    /// What was read, if the Secret is still at the version `current` it was read at.
+    fn unchanged(&self, cluster: &ClusterKey, current: Option<&str>) -> Option<Read> {
         let known = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let (credentials, at) = known.get(cluster)?;
         let at = at.as_ref()?;
-        let same = Some(at.resource_version.as_str()) == current && at.default == default;
+        let same = Some(at.resource_version.as_str()) == current;
         same.then(|| Read {
             credentials: credentials.clone(),
             rotate_asked: at.rotate_asked,
         })
     }
 
-    fn remember(
-        &self,
-        cluster: &ClusterKey,
-        read: &Read,
-        version: Option<String>,
-        default: DefaultUser,
-    ) {
+    fn remember(&self, cluster: &ClusterKey, read: &Read, version: Option<String>) {
         let at = version.map(|resource_version| ReadAt {
             resource_version,
             rotate_asked: read.rotate_asked,
-            default,
         });
         let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
         known.insert(cluster.clone(), (read.credentials.clone(), at));
@@ -113,14 +96,14 @@ pub struct Read {
 }
 
 /// Reads the cluster's credentials Secret, creating it when absent and rewriting its data when
-/// it is not what `default` and the passwords make (a cluster that moved past 9.0).
+/// it is not what the passwords make (an `auth.conf` an older operator wrote, which left
+/// `default` one subcommand on 9.0 nodes).
 /// `nodes_started_with_it`: some Pod of the cluster mounts the Secret, so new passwords (when
 /// none are remembered) would lock the operator out of its nodes: that is refused instead.
 pub async fn ensure(
     client: &Client,
     render: &ClusterRender<'_>,
     namespace: &str,
-    default: DefaultUser,
     known: &Known,
     versions: &SecretVersions,
     nodes_started_with_it: bool,
@@ -129,7 +112,7 @@ pub async fn ensure(
     let key = ClusterKey::new(namespace, cluster.name_any());
     let name = secret_name(&cluster.name_any());
     let current = versions.current(namespace, &name);
-    if let Some(read) = known.unchanged(&key, current.as_deref(), default) {
+    if let Some(read) = known.unchanged(&key, current.as_deref()) {
         return Ok(read);
     }
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
@@ -147,7 +130,7 @@ pub async fn ensure(
                 return Err(problem(LOST.into()));
             }
             let credentials = replacement(remembered).map_err(|e| problem(e.to_string()))?;
-            let secret = new_secret(render, &name, namespace, &credentials, default);
+            let secret = new_secret(render, &name, namespace, &credentials);
             let create = PostParams {
                 field_manager: Some(MANAGER.into()),
                 ..Default::default()
@@ -169,15 +152,9 @@ pub async fn ensure(
             }
             let data = plain_data(&secret);
             let credentials = SystemCredentials::from_data(&data).map_err(problem)?;
-            if stale(&data, &credentials.to_data(default)) {
-                write(
-                    &api,
-                    &name,
-                    data.keys(),
-                    &credentials.to_data(default),
-                    false,
-                )
-                .await?;
+            let wanted = credentials.to_data();
+            if stale(&data, &wanted) {
+                write(&api, &name, data.keys(), &wanted, false).await?;
             } else {
                 version = secret.metadata.resource_version.clone();
             }
@@ -187,7 +164,7 @@ pub async fn ensure(
             }
         }
     };
-    known.remember(&key, &read, version, default);
+    known.remember(&key, &read, version);
     Ok(read)
 }
 
@@ -243,7 +220,6 @@ pub async fn advance(
     cluster: &str,
     read: &Read,
     everywhere: bool,
-    default: DefaultUser,
     known: &Known,
 ) -> Result<Option<&'static str>, Error> {
     let name = secret_name(cluster);
@@ -259,10 +235,10 @@ pub async fn advance(
         return Ok(None);
     };
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let before = read.credentials.to_data(default);
+    let before = read.credentials.to_data();
     let starting = read.credentials.rotation == Rotation::Steady;
     known.written(&ClusterKey::new(namespace, cluster));
-    write(&api, &name, before.keys(), &next.to_data(default), starting).await?;
+    write(&api, &name, before.keys(), &next.to_data(), starting).await?;
     Ok(Some(match next.rotation {
         Rotation::Adding(_) => {
             "rotating the operator's passwords: adding the new ones on every node"
@@ -282,10 +258,9 @@ pub fn new_secret(
     name: &str,
     namespace: &str,
     credentials: &SystemCredentials,
-    default: DefaultUser,
 ) -> Secret {
     let data = credentials
-        .to_data(default)
+        .to_data()
         .into_iter()
         .map(|(k, v)| (k, ByteString(v.into_bytes())))
         .collect();
@@ -348,41 +323,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_read_is_reused_only_at_its_version_and_default_and_never_after_a_write() {
+    fn a_read_is_reused_only_at_its_version_and_never_after_a_write() {
         let known = Known::default();
         let key = ClusterKey::new("shop", "orders");
         let read = Read {
             credentials: SystemCredentials::fresh().unwrap(),
             rotate_asked: true,
         };
-        let off = DefaultUser::Off;
-        known.remember(&key, &read, Some("5".into()), off);
-        let reused = known.unchanged(&key, Some("5"), off).expect("same version");
+        known.remember(&key, &read, Some("5".into()));
+        let reused = known.unchanged(&key, Some("5")).expect("same version");
         assert_eq!(reused.credentials, read.credentials);
         assert!(reused.rotate_asked, "the rotation asked for is kept");
-        assert!(known.unchanged(&key, Some("6"), off).is_none(), "changed");
-        assert!(
-            known.unchanged(&key, None, off).is_none(),
-            "no version seen"
-        );
-        let other = DefaultUser::SlotSyncOnly;
-        assert!(
-            known.unchanged(&key, Some("5"), other).is_none(),
-            "another default"
-        );
+        assert!(known.unchanged(&key, Some("6")).is_none(), "changed");
+        assert!(known.unchanged(&key, None).is_none(), "no version seen");
         known.written(&key);
-        assert!(
-            known.unchanged(&key, Some("5"), off).is_none(),
-            "written since"
-        );
+        assert!(known.unchanged(&key, Some("5")).is_none(), "written since");
         assert_eq!(
             known.get(&key),
             Some(read.credentials.clone()),
             "still remembered"
         );
-        known.remember(&key, &read, None, off);
+        known.remember(&key, &read, None);
         assert!(
-            known.unchanged(&key, Some("5"), off).is_none(),
+            known.unchanged(&key, Some("5")).is_none(),
             "created, not read"
         );
     }
@@ -399,16 +362,24 @@ mod tests {
     #[test]
     fn only_data_that_differs_is_rewritten() {
         let credentials = SystemCredentials::fresh().unwrap();
-        let wanted = credentials.to_data(DefaultUser::Off);
+        let wanted = credentials.to_data();
         let mut data: BTreeMap<String, Vec<u8>> = wanted
             .iter()
             .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
             .collect();
         assert!(!stale(&data, &wanted));
-        assert!(stale(
-            &data,
-            &credentials.to_data(DefaultUser::SlotSyncOnly)
-        ));
+        // What an older operator wrote for a 9.0 cluster: `default` kept one subcommand.
+        let mut older = data.clone();
+        let conf = String::from_utf8(older[crate::credentials::AUTH_CONF].clone()).unwrap();
+        let open = conf.replace(
+            "user default reset off",
+            "user default reset on nopass +cluster|syncslots",
+        );
+        older.insert(crate::credentials::AUTH_CONF.into(), open.into_bytes());
+        assert!(
+            stale(&older, &wanted),
+            "an auth.conf that leaves default open"
+        );
         data.insert("next-operator-password".into(), b"x".to_vec());
         assert!(stale(&data, &wanted), "a key too many");
     }

@@ -45,7 +45,7 @@ use super::{act, credentials, live, membership, rollouts, secrets, settled};
 use crate::api::annotations::RETRY_FAILOVERS;
 use crate::api::bounds::{Problem, cluster_problems};
 use crate::api::{ValkeyCluster, ValkeyClusterStatus};
-use crate::credentials::{DefaultUser, Rotation, secret_name};
+use crate::credentials::{Rotation, secret_name};
 use crate::execute::{self, NodeHost, StepInputs, observe::observe};
 use crate::fleet::ClusterKey;
 use crate::resolve::{self, EffectiveConfig};
@@ -130,18 +130,10 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
             }
         };
     let nodes = read_nodes(ctx, cluster).await?;
-    let default = DefaultUser::for_versions(
-        nodes
-            .objects
-            .iter()
-            .map(|node| node.spec.version.as_str())
-            .chain([effective.image.spec.version.as_str()]),
-    );
     let login = match credentials::ensure(
         &ctx.client,
         &render,
         &namespace,
-        default,
         &ctx.known_credentials,
         &ctx.secret_versions,
         nodes
@@ -222,7 +214,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     );
     tracing::info!(cluster = %cluster.name_any(), %namespace, %step, "planned");
     let passwords = secrets::read_password_hashes(&ctx.client, &namespace, cluster).await;
-    let system = login.credentials.system_users(default);
+    let system = login.credentials.system_users();
     let (users, unbuilt) = live::desired_acl(&ctx.fleet, cluster, &passwords, system);
     let inputs = StepInputs {
         desired: &desired,
@@ -264,7 +256,6 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         &cluster.name_any(),
         &login,
         applied.everywhere,
-        default,
         &ctx.known_credentials,
     )
     .await;

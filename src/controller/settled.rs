@@ -185,6 +185,7 @@ mod tests {
             slots,
             cluster_ok: true,
             migrating: false,
+            unfinished_moves: Vec::new(),
             handover_requested: false,
             terminated: false,
             leaving: false,

@@ -40,6 +40,7 @@ fn node(name: &str, shard: u32, revision: &str, slots: (u16, u16)) -> ObservedNo
         slots: vec![SlotRange::new(slots.0, slots.1)],
         cluster_ok: true,
         migrating: false,
+        unfinished_moves: Vec::new(),
         handover_requested: false,
         terminated: false,
         leaving: false,

@@ -3,13 +3,14 @@
 //! the planner's [`ObservedNode`]s. Replicas are read again after every primary, so a replica's
 //! offset is never compared with a primary offset read later than it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use futures::future::join_all;
 
 use super::Member;
-use crate::roll::{ObservedNode, ReplicaSync, Role};
-use crate::valkey::{ClusterNode, NodeAddress, NodeClient, Reach};
+use crate::roll::slots::compress;
+use crate::roll::{ObservedNode, ReplicaSync, Role, UnfinishedMove};
+use crate::valkey::{ClusterNode, NodeAddress, NodeClient, Reach, SlotDirection};
 
 /// What one reachable node said about itself.
 struct NodeReport {
@@ -71,13 +72,63 @@ pub async fn observe(members: &[Member], reach: &Reach) -> Vec<ObservedNode> {
         .or_else(|| reports.values().next())
         .map(|r| r.view.clone())
         .unwrap_or_default();
+    let mut moves = unfinished_moves(members, &reports);
     members
         .iter()
         .map(|member| match reports.get(member.name.as_str()) {
-            Some(report) => answered(member, report, &primaries),
+            Some(report) => ObservedNode {
+                unfinished_moves: moves.remove(member.name.as_str()).unwrap_or_default(),
+                ..answered(member, report, &primaries)
+            },
             None => unanswered(member, &view),
         })
         .collect()
+}
+
+/// Slots left open by key-by-key migrations between members, by the name of the source: what
+/// each answering node says of its own open slots (the source `MIGRATING` to the target, the
+/// target `IMPORTING` from the source; either may be the only one that says so).
+fn unfinished_moves<'a>(
+    members: &'a [Member],
+    reports: &HashMap<&'a str, NodeReport>,
+) -> HashMap<&'a str, Vec<UnfinishedMove>> {
+    let name_of = |id: &str| -> Option<&'a str> {
+        members.iter().find_map(|m| {
+            let recorded = m.id.as_deref() == Some(id);
+            let answered = reports
+                .get(m.name.as_str())
+                .and_then(|r| r.myself.as_ref())
+                .is_some_and(|me| me.id == id);
+            (recorded || answered).then_some(m.name.as_str())
+        })
+    };
+    let mut open: BTreeMap<(&str, &str), BTreeSet<u16>> = BTreeMap::new();
+    for member in members {
+        let Some(me) = reports
+            .get(member.name.as_str())
+            .and_then(|r| r.myself.as_ref())
+        else {
+            continue;
+        };
+        for slot in &me.open_slots {
+            let Some(peer) = name_of(&slot.peer) else {
+                continue;
+            };
+            let pair = match slot.direction {
+                SlotDirection::Migrating => (member.name.as_str(), peer),
+                SlotDirection::Importing => (peer, member.name.as_str()),
+            };
+            open.entry(pair).or_default().insert(slot.slot);
+        }
+    }
+    let mut moves: HashMap<&str, Vec<UnfinishedMove>> = HashMap::new();
+    for ((from, to), slots) in open {
+        moves.entry(from).or_default().push(UnfinishedMove {
+            to: to.to_owned(),
+            slots: compress(slots.into_iter()),
+        });
+    }
+    moves
 }
 
 /// Every member's report, replicas read a second time after every primary.
@@ -120,6 +171,7 @@ fn unheard(member: &Member) -> ObservedNode {
         slots: Vec::new(),
         cluster_ok: false,
         migrating: false,
+        unfinished_moves: Vec::new(),
         handover_requested: member.handover_requested,
         terminated: member.terminated,
         leaving: member.leaving,

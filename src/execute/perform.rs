@@ -4,7 +4,8 @@
 use super::acl::{DesiredAcl, apply_users};
 use super::{NodeHost, StepError, Timeouts};
 use crate::roll::{DesiredShape, RollMemory, SlotRange, Step};
-use crate::valkey::{NodeClient, Reach, forget_everywhere};
+use crate::valkey::migration::{KeyMove, Protocol, move_keys};
+use crate::valkey::{NodeAddress, NodeClient, Reach, forget_everywhere};
 
 /// What a step needs besides the host and the roll memory.
 pub struct StepInputs<'a> {
@@ -61,23 +62,67 @@ pub async fn perform<H: NodeHost>(
         }
         Step::MigrateSlots {
             from, to, slots, ..
-        } => {
-            let target = client(host, to, inputs).await?;
+        } => migrate(host, from, to, slots, inputs).await,
+        Step::RetireNode { node, .. } => retire(host, node, inputs).await,
+        Step::Wait { .. } | Step::Stalled { .. } | Step::Converged => Ok(Outcome::Done),
+    }
+}
+
+/// Moves `slots` from `from` to `to` by the protocol both ends' versions allow (see
+/// [`Protocol`]): atomically between 9.1 nodes, key by key (as the replication user) otherwise.
+async fn migrate<H: NodeHost>(
+    host: &H,
+    from: &str,
+    to: &str,
+    slots: &[SlotRange],
+    inputs: &StepInputs<'_>,
+) -> Result<Outcome, H> {
+    let (_, source) = connect(host, from, inputs).await?;
+    let (target_address, target) = connect(host, to, inputs).await?;
+    let deadline = inputs.timeouts.migration;
+    let versions = (source.server_info().await?, target.server_info().await?);
+    match Protocol::between(&versions.0.version, &versions.1.version) {
+        Protocol::Atomic => {
             let target_id = target.my_id().await?;
             // Only a figure for the metrics: a failed read of it never fails the migration.
             let before = target.key_count().await.ok();
-            client(host, from, inputs)
-                .await?
-                .migrate_slots(&target_id, slots, timeouts.migration)
-                .await?;
+            source.migrate_slots(&target_id, slots, deadline).await?;
             let after = target.key_count().await.ok();
             Ok(Outcome::Migrated {
                 keys: after.zip(before).map(|(a, b)| a.saturating_sub(b)),
             })
         }
-        Step::RetireNode { node, .. } => retire(host, node, inputs).await,
-        Step::Wait { .. } | Step::Stalled { .. } | Step::Converged => Ok(Outcome::Done),
+        Protocol::KeyByKey => {
+            let login = inputs.acl.system.as_ref().map(|s| &s.replication);
+            let source_address = address_of(host, from)?;
+            let mover = NodeClient::login(source_address, inputs.reach, login).await?;
+            let source_pool = more_connections(source_address, inputs.reach).await?;
+            let target_pool = more_connections(target_address, inputs.reach).await?;
+            let ends = KeyMove {
+                source: &source,
+                source_pool: &source_pool,
+                target_pool: &target_pool,
+                mover: &mover,
+                target: &target,
+                target_address,
+                login,
+            };
+            let moved = move_keys(&ends, slots, deadline).await?;
+            Ok(Outcome::Migrated { keys: Some(moved) })
+        }
     }
+}
+
+/// Connections beside the first to one end of a key-by-key migration: its `SETSLOT`s wait for
+/// the node's replicas, and go faster side by side (see [`crate::valkey::migration`]).
+const SETSLOT_LANES: usize = 15;
+
+async fn more_connections<E: std::error::Error + 'static>(
+    address: NodeAddress,
+    reach: &Reach,
+) -> std::result::Result<Vec<NodeClient>, StepError<E>> {
+    let connecting = (0..SETSLOT_LANES).map(|_| NodeClient::at(address, reach));
+    Ok(futures::future::try_join_all(connecting).await?)
 }
 
 /// Valkey's default `CLUSTER FAILOVER`, sent to `to`: it waits for `to` to catch up with `from`.
@@ -101,6 +146,21 @@ async fn client<H: NodeHost>(
     name: &str,
     inputs: &StepInputs<'_>,
 ) -> Result<NodeClient, H> {
+    Ok(connect(host, name, inputs).await?.1)
+}
+
+/// The address of the node `name` and a client of it.
+async fn connect<H: NodeHost>(
+    host: &H,
+    name: &str,
+    inputs: &StepInputs<'_>,
+) -> Result<(NodeAddress, NodeClient), H> {
+    let address = address_of(host, name)?;
+    Ok((address, NodeClient::at(address, inputs.reach).await?))
+}
+
+/// Where the host says the node `name` answers.
+fn address_of<H: NodeHost>(host: &H, name: &str) -> Result<NodeAddress, H> {
     let member = host
         .members()
         .into_iter()
@@ -108,10 +168,9 @@ async fn client<H: NodeHost>(
         .ok_or_else(|| StepError::UnknownNode {
             node: name.to_owned(),
         })?;
-    let address = member.address.ok_or_else(|| StepError::NoAddress {
+    member.address.ok_or_else(|| StepError::NoAddress {
         node: name.to_owned(),
-    })?;
-    Ok(NodeClient::at(address, inputs.reach).await?)
+    })
 }
 
 async fn join<H: NodeHost>(

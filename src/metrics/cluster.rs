@@ -115,7 +115,7 @@ impl ClusterMetrics {
             )?,
             slot_migrations: add.counter(
                 "slot_migrations_total",
-                "Atomic slot migrations, by cluster and result.",
+                "Slot migrations (atomic, or key by key where a node runs 9.0), by cluster and result.",
                 &WITH_RESULT,
             )?,
             certificate_reloads: add.counter(
@@ -146,8 +146,8 @@ impl ClusterMetrics {
             )?,
             migration_duration: add.histogram(
                 "slot_migration_duration_seconds",
-                "One slot-migration step: CLUSTER MIGRATESLOTS until its job ends, with the \
-                 target's key counts read before and after.",
+                "One slot-migration step: CLUSTER MIGRATESLOTS until its job ends (with the \
+                 target's key counts read before and after), or the key-by-key move of its slots.",
                 &MIGRATION_BUCKETS,
                 &WITH_RESULT,
             )?,

@@ -29,7 +29,7 @@ pub mod slots;
 
 pub use model::{
     DesiredShape, Lifecycle, MAX_FAILOVER_ATTEMPTS, ObservedNode, ReplicaSync, Role, RollMemory,
-    SlotRange, Step, StepWords,
+    SlotRange, Step, StepWords, UnfinishedMove,
 };
 pub use reasons::{JoinBlocker, StallReason, WaitReason};
 pub use rules::plan;

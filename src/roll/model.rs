@@ -124,6 +124,9 @@ pub struct ObservedNode {
     pub cluster_ok: bool,
     /// An atomic slot migration (`CLUSTER GETSLOTMIGRATIONS`) is running on this node.
     pub migrating: bool,
+    /// Slots a key-by-key migration from this node to another member left open (the operator
+    /// stopped in the middle of one): finished before anything else moves (rule 5).
+    pub unfinished_moves: Vec<UnfinishedMove>,
     /// Its Pod is about to go (an Eviction was deferred while it is a primary): hand its shard
     /// to a replica first, so clients see a planned failover instead of Valkey's detection.
     pub handover_requested: bool,
@@ -135,6 +138,15 @@ pub struct ObservedNode {
     /// Someone asked for it to go (its ValkeyNode was deleted by hand): it counts as outdated,
     /// so it is replaced before it is retired, and as a primary it hands its shard over first.
     pub leaving: bool,
+}
+
+/// Slots a key-by-key migration left open between this node and `to` (either end may say so:
+/// `SETSLOT … MIGRATING` on the source, `IMPORTING` on the target).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct UnfinishedMove {
+    /// The name of the node the slots were going to.
+    pub to: String,
+    pub slots: Vec<SlotRange>,
 }
 
 impl ObservedNode {
@@ -249,8 +261,9 @@ pub enum Step {
         from: String,
         to: String,
     },
-    /// Move `slots` from `from` (primary of `from_shard`) to `to` (primary of `to_shard`) with
-    /// atomic slot migration (`CLUSTER MIGRATESLOTS`, sent to `from`).
+    /// Move `slots` from `from` (primary of `from_shard`) to `to` (primary of `to_shard`): with
+    /// atomic slot migration between 9.1 nodes, key by key otherwise (see
+    /// `crate::valkey::migration`). Also planned to finish a key-by-key move left open.
     MigrateSlots {
         from_shard: u32,
         to_shard: u32,

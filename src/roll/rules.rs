@@ -12,7 +12,9 @@
 //!    wait for Valkey's own failover.
 //! 3. A desired shard without any node gets a new primary (bootstrap, shards up).
 //! 4. Slots nobody owns are assigned, each desired shard taking its even contiguous share.
-//! 5. A node that does not report `cluster_state:ok`, or a running slot migration: wait.
+//! 5. A key-by-key slot migration left open between two live primaries (the operator stopped
+//!    in the middle of one) is finished first; a node that does not report `cluster_state:ok`,
+//!    or a running atomic slot migration: wait.
 //! 6. A primary whose Pod is being evicted, or whose ValkeyNode was deleted by hand, hands its
 //!    shard over to its most caught-up synced replica (up-to-date ones first; never one that is
 //!    itself leaving). A node deleted by hand counts as outdated from then on (rule 7 replaces
@@ -297,6 +299,9 @@ fn unassigned_slots(view: &View) -> Option<Step> {
 /// Rule 5: act only on a settled cluster.
 fn unsettled_cluster(view: &View) -> Option<Step> {
     let live = || view.nodes.iter().filter(|n| n.reachable);
+    if let Some(step) = live().find_map(|from| unfinished_move(view, from)) {
+        return Some(step);
+    }
     if let Some(node) = live().find(|n| n.migrating) {
         return Some(Step::Wait {
             reason: WaitReason::SlotMigration {
@@ -308,6 +313,26 @@ fn unsettled_cluster(view: &View) -> Option<Step> {
         reason: WaitReason::ClusterNotOk {
             node: node.name.clone(),
         },
+    })
+}
+
+/// The first open key-by-key migration from `from` whose target is a live primary: moved on.
+fn unfinished_move(view: &View, from: &ObservedNode) -> Option<Step> {
+    if from.role != Role::Primary {
+        return None;
+    }
+    from.unfinished_moves.iter().find_map(|open| {
+        let to = view
+            .nodes
+            .iter()
+            .find(|n| n.name == open.to && n.reachable && n.role == Role::Primary)?;
+        Some(Step::MigrateSlots {
+            from_shard: from.shard,
+            to_shard: to.shard,
+            from: from.name.clone(),
+            to: to.name.clone(),
+            slots: open.slots.clone(),
+        })
     })
 }
 

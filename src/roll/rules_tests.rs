@@ -1,7 +1,7 @@
 //! Each main rule's wait or stall, asserted by variant on small hand-built clusters.
 
 use super::*;
-use crate::roll::model::{MAX_FAILOVER_ATTEMPTS, ReplicaSync, SlotRange};
+use crate::roll::model::{MAX_FAILOVER_ATTEMPTS, ReplicaSync, SlotRange, UnfinishedMove};
 
 const OLD: &str = "9.0.0";
 const NEW: &str = "9.1.2";
@@ -38,6 +38,7 @@ fn primary(name: &str, shard: u32, slots: Vec<SlotRange>) -> ObservedNode {
         slots,
         cluster_ok: true,
         migrating: false,
+        unfinished_moves: Vec::new(),
         handover_requested: false,
         terminated: false,
         leaving: false,
@@ -298,6 +299,40 @@ fn an_unsettled_cluster_waits() {
     assert_eq!(
         wait(plan(&shape(1, 1, OLD), &nodes, &memory)),
         WaitReason::SlotMigration { node: "p0".into() }
+    );
+}
+
+#[test]
+fn a_key_by_key_move_left_open_is_finished_before_anything_else() {
+    let memory = RollMemory::default();
+    let mut nodes = vec![
+        primary("p0", 0, vec![SlotRange::new(0, 8191)]),
+        primary("p1", 1, vec![SlotRange::new(8192, 16383)]),
+    ];
+    // Even on a cluster that would otherwise roll (new revision) and has a node not yet ok.
+    nodes[1].cluster_ok = false;
+    nodes[0].unfinished_moves = vec![UnfinishedMove {
+        to: "p1".into(),
+        slots: vec![SlotRange::new(8000, 8191)],
+    }];
+    assert_eq!(
+        plan(&shape(2, 0, NEW), &nodes, &memory),
+        Step::MigrateSlots {
+            from_shard: 0,
+            to_shard: 1,
+            from: "p0".into(),
+            to: "p1".into(),
+            slots: vec![SlotRange::new(8000, 8191)],
+        }
+    );
+    // Its target not answering: the rules for a dead primary come first, nothing is moved.
+    nodes[1].reachable = false;
+    assert!(
+        !matches!(
+            plan(&shape(2, 0, NEW), &nodes, &memory),
+            Step::MigrateSlots { .. }
+        ),
+        "a move towards a node that does not answer"
     );
 }
 

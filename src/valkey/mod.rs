@@ -3,6 +3,7 @@
 //! Waiting operations (replicate, failover, slot migration) poll until done or a deadline.
 
 pub mod address;
+pub mod migration;
 pub mod parse;
 pub mod tls;
 
@@ -14,7 +15,8 @@ use tokio::time::{Instant, sleep, timeout};
 
 pub use address::{CLIENT_PORT, NodeAddress};
 pub use parse::{
-    ClusterInfo, ClusterNode, ClusterShard, ReplicationInfo, ServerInfo, ShardMember, SlotMigration,
+    ClusterInfo, ClusterNode, ClusterShard, OpenSlot, ReplicationInfo, ServerInfo, ShardMember,
+    SlotDirection, SlotMigration,
 };
 
 use crate::roll::{Role, SlotRange};
@@ -223,6 +225,16 @@ impl NodeClient {
             );
         }
         Self::at_as(&addr, reach, None).await
+    }
+
+    /// Connect to a node's client address as `reach` says (TLS or not), logging in with exactly
+    /// `credentials` (`None`: as `default`), with no other login tried.
+    pub async fn login(
+        address: NodeAddress,
+        reach: &Reach,
+        credentials: Option<&Credentials>,
+    ) -> Result<Self> {
+        Self::at_as(&address.to_string(), reach, credentials).await
     }
 
     async fn at_as(addr: &str, reach: &Reach, credentials: Option<&Credentials>) -> Result<Self> {
@@ -481,80 +493,6 @@ impl NodeClient {
             }
             sleep(POLL_INTERVAL).await;
         }
-    }
-
-    pub async fn slot_migrations(&self) -> Result<Vec<SlotMigration>> {
-        let reply: Value = self
-            .call(redis::cmd("CLUSTER").arg("GETSLOTMIGRATIONS"))
-            .await?;
-        SlotMigration::parse_all(&reply)
-            .ok_or_else(|| self.bad_reply("CLUSTER GETSLOTMIGRATIONS", format!("{reply:?}")))
-    }
-
-    /// Cancel every running slot migration of this node; nothing running is not an error.
-    pub async fn cancel_slot_migrations(&self) -> Result<()> {
-        match self
-            .call::<Value>(redis::cmd("CLUSTER").arg("CANCELSLOTMIGRATIONS"))
-            .await
-        {
-            Err(EngineError::Command { source, .. })
-                if source.to_string().contains("No migrations ongoing") =>
-            {
-                Ok(())
-            }
-            other => other.map(|_| ()),
-        }
-    }
-
-    /// Move `slots` from this primary to `target_id` with atomic slot migration, polling
-    /// `CLUSTER GETSLOTMIGRATIONS` until the job succeeds, fails, or `deadline` passes (then
-    /// the migration is cancelled, which leaves the slots with this node).
-    pub async fn migrate_slots(
-        &self,
-        target_id: &str,
-        slots: &[SlotRange],
-        deadline: Duration,
-    ) -> Result<()> {
-        let earlier: Vec<String> = self
-            .slot_migrations()
-            .await?
-            .into_iter()
-            .map(|job| job.name)
-            .collect();
-        let mut cmd = redis::cmd("CLUSTER");
-        cmd.arg("MIGRATESLOTS").arg("SLOTSRANGE");
-        for range in slots {
-            cmd.arg(range.start).arg(range.end);
-        }
-        cmd.arg("NODE").arg(target_id);
-        let _: String = self.call(&cmd).await?;
-        let started = Instant::now();
-        let mut last = String::from("job not listed yet");
-        while started.elapsed() < deadline {
-            let jobs = self.slot_migrations().await?;
-            if let Some(job) = jobs.into_iter().find(|j| !earlier.contains(&j.name)) {
-                if job.succeeded() {
-                    return Ok(());
-                }
-                if job.failed() {
-                    return Err(EngineError::MigrationFailed {
-                        node: self.addr.clone(),
-                        job: job.name,
-                        state: job.state,
-                        message: job.message,
-                    });
-                }
-                last = format!("job {} is {}", job.name, job.state);
-            }
-            sleep(POLL_INTERVAL).await;
-        }
-        self.cancel_slot_migrations().await?;
-        Err(EngineError::Deadline {
-            node: self.addr.clone(),
-            command: describe(&cmd),
-            waited: started.elapsed(),
-            last,
-        })
     }
 
     pub async fn config_set(&self, key: &str, value: &str) -> Result<()> {

@@ -120,6 +120,47 @@ pub struct ClusterNode {
     pub link_connected: bool,
     /// Owned slots; slots being imported or migrated (`[..]` entries) are left out.
     pub slots: Vec<SlotRange>,
+    /// Slots the key-by-key migration protocol left open on this node (`[5->-id]`: being
+    /// migrated to `id`; `[5-<-id]`: being imported from `id`). Valkey lists them on the
+    /// `myself` line only.
+    pub open_slots: Vec<OpenSlot>,
+}
+
+/// A slot in the middle of a key-by-key migration, as one end of it sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenSlot {
+    pub slot: u16,
+    /// Which end this node is.
+    pub direction: SlotDirection,
+    /// The id of the other end.
+    pub peer: String,
+}
+
+/// Whether a node is sending or receiving an open slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotDirection {
+    /// `CLUSTER SETSLOT … MIGRATING`: this node owns the slot and sends its keys to the peer.
+    Migrating,
+    /// `CLUSTER SETSLOT … IMPORTING`: this node takes the slot's keys from the peer.
+    Importing,
+}
+
+impl OpenSlot {
+    /// `[5->-id]` or `[5-<-id]`.
+    fn parse(text: &str) -> Option<Self> {
+        let inner = text.strip_prefix('[')?.strip_suffix(']')?;
+        let (slot, direction, peer) = if let Some((slot, peer)) = inner.split_once("->-") {
+            (slot, SlotDirection::Migrating, peer)
+        } else {
+            let (slot, peer) = inner.split_once("-<-")?;
+            (slot, SlotDirection::Importing, peer)
+        };
+        Some(Self {
+            slot: slot.parse().ok()?,
+            direction,
+            peer: peer.to_owned(),
+        })
+    }
 }
 
 impl ClusterNode {
@@ -150,6 +191,10 @@ impl ClusterNode {
             .filter(|s| !s.starts_with('['))
             .map(|s| parse_range(s, '-'))
             .collect::<Option<Vec<_>>>()?;
+        let open_slots = fields[8..]
+            .iter()
+            .filter_map(|s| OpenSlot::parse(s))
+            .collect();
         Some(Self {
             id: fields[0].to_owned(),
             ip: ip.to_owned(),
@@ -162,6 +207,7 @@ impl ClusterNode {
             handshake: has("handshake") || has("noaddr"),
             link_connected: fields[7] == "connected",
             slots,
+            open_slots,
         })
     }
 }
@@ -344,6 +390,43 @@ aa 127.0.9.4:6379@16379 master,fail - 1 1 3 disconnected
         assert_eq!(nodes[1].replica_of.as_deref(), Some("89983d02"));
         assert!(nodes[1].myself && !nodes[1].primary);
         assert!(nodes[2].failed && !nodes[2].link_connected);
+        assert_eq!(
+            nodes[0].open_slots,
+            [OpenSlot {
+                slot: 5,
+                direction: SlotDirection::Migrating,
+                peer: "abc".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn open_slots_of_both_ends_and_a_malformed_one() {
+        let line =
+            "a 127.0.9.3:6379@16379 myself,master - 0 0 2 connected 0-99 [100-<-bb] [7->-cc]";
+        let node = ClusterNode::parse(line).unwrap();
+        assert_eq!(node.slots, [SlotRange::new(0, 99)]);
+        assert_eq!(
+            node.open_slots,
+            [
+                OpenSlot {
+                    slot: 100,
+                    direction: SlotDirection::Importing,
+                    peer: "bb".into()
+                },
+                OpenSlot {
+                    slot: 7,
+                    direction: SlotDirection::Migrating,
+                    peer: "cc".into()
+                },
+            ]
+        );
+        // A bracketed entry of another form is not an open slot, and spoils nothing else.
+        let odd = ClusterNode::parse("a 1.2.3.4:6379@16379 master - 0 0 2 connected 1-2 [x->-y]");
+        assert_eq!(
+            odd.map(|n| (n.slots, n.open_slots)),
+            Some((vec![SlotRange::new(1, 2)], vec![]))
+        );
     }
 
     #[test]
