@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use valkey_operator::roll::slots::SLOT_COUNT;
 use valkey_operator::roll::{SlotRange, Step};
 use valkey_operator::valkey::migration::{KeyMove, move_keys};
-use valkey_operator::valkey::{NodeAddress, NodeClient, Reach, forget_everywhere};
+use valkey_operator::valkey::{Expected, NodeAddress, NodeClient, Reach, forget_everywhere};
 
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -352,7 +352,14 @@ async fn main() {
 /// the length of the program (a benchmark's few).
 async fn key_move(from: NodeAddress, to: NodeAddress) -> KeyMove<'static> {
     let reach = Reach::plain(Duration::from_secs(5));
-    let connect = async |address| NodeClient::at(address, &reach).await.unwrap();
+    let connect = async |address| {
+        let node = Expected {
+            address,
+            id: None,
+            closed: false,
+        };
+        NodeClient::open(&node, &reach).await.unwrap()
+    };
     let mut source_pool = Vec::new();
     let mut target_pool = Vec::new();
     for _ in 0..15 {

@@ -29,11 +29,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use harness::k8s::{ClusterWatch, IMAGES, Product, condition_field, converged};
-use harness::valkey::{Sampler, Writer, layout, logins, lost_writes, primary_changes};
+use harness::valkey::{Sampler, Writer, layout, lost_writes, primary_changes};
 use harness::{eventually, signal};
 use tokio::time::Instant;
 use valkey_operator::api::annotations::RETRY_FAILOVERS;
-use valkey_operator::roll::{MAX_FAILOVER_ATTEMPTS, Role, slots::bootstrap_range};
+use valkey_operator::roll::{MAX_FAILOVER_ATTEMPTS, slots::bootstrap_range};
 use valkey_operator::rollout::PAUSE_ANNOTATION;
 
 const NAMESPACE: &str = "chaos";
@@ -91,34 +91,12 @@ impl Row {
     }
 }
 
-/// The Pod name of shard `shard`'s primary, asked of the servers themselves.
 async fn primary_of(product: &Product, shard: u32) -> String {
-    let prefix = format!("{CLUSTER}-{shard}-");
-    for (name, address) in product.addresses(NAMESPACE, CLUSTER) {
-        if !name.starts_with(&prefix) {
-            continue;
-        }
-        let client = logins::admin(&address, Duration::from_secs(2)).await;
-        if let Ok(client) = client
-            && client
-                .replication_info()
-                .await
-                .is_ok_and(|r| r.role == Role::Primary)
-        {
-            return name;
-        }
-    }
-    panic!("shard {shard} has no primary that answers");
+    product.primary_of(NAMESPACE, CLUSTER, shard).await
 }
 
 async fn replica_of(product: &Product, shard: u32) -> String {
-    let primary = primary_of(product, shard).await;
-    let prefix = format!("{CLUSTER}-{shard}-");
-    product
-        .addresses(NAMESPACE, CLUSTER)
-        .into_keys()
-        .find(|name| name.starts_with(&prefix) && name != &primary)
-        .expect("a replica")
+    product.replica_of(NAMESPACE, CLUSTER, shard).await
 }
 
 /// Whole again: `victim`'s Pod gone (if the fault removes it), every shard a primary and one

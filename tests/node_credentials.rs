@@ -21,7 +21,7 @@ use valkey_operator::credentials::SystemCredentials;
 use valkey_operator::execute::acl::{DesiredAcl, apply_users};
 use valkey_operator::roll::{Role, SlotRange};
 use valkey_operator::valkey::migration::{KeyMove, Protocol, move_keys};
-use valkey_operator::valkey::{ClusterNode, NodeAddress, NodeClient, Reach};
+use valkey_operator::valkey::{ClusterNode, Expected, NodeAddress, NodeClient, Reach};
 
 const CALL: Duration = Duration::from_secs(2);
 
@@ -50,7 +50,7 @@ async fn start(
         format!("{name} to answer"),
         Duration::from_secs(10),
         async || {
-            let client = NodeClient::at(address, reach).await.ok()?;
+            let client = NodeClient::open(&any_node(address), reach).await.ok()?;
             client.ping().await.ok()?;
             Some(client)
         },
@@ -64,6 +64,24 @@ fn runtime_with(subnet: u8, credentials: &SystemCredentials) -> LocalRuntime {
     let conf = std::env::temp_dir().join(format!("auth-{}-{subnet}.conf", std::process::id()));
     std::fs::write(&conf, credentials.auth_conf()).unwrap();
     runtime.with_setting("include", conf.to_str().unwrap())
+}
+
+/// A node whose id the test has not recorded, that may be open (one made before the operator
+/// closed `default`).
+fn any_node(address: NodeAddress) -> Expected<'static> {
+    Expected {
+        address,
+        id: None,
+        closed: false,
+    }
+}
+
+/// A node started with the operator's users.
+fn closed(address: NodeAddress) -> Expected<'static> {
+    Expected {
+        closed: true,
+        ..any_node(address)
+    }
 }
 
 /// What a client without credentials gets for `command`.
@@ -173,7 +191,7 @@ async fn nodes_started_with_auth_conf_admit_only_the_operator_and_replicate_as_t
                 .unwrap(),
             Protocol::KeyByKey => {
                 let login = credentials.system_users().replication;
-                let mover = NodeClient::login(a_address, &reach, Some(&login))
+                let mover = NodeClient::open_as(&any_node(a_address), &reach, &login)
                     .await
                     .unwrap();
                 let ends = KeyMove {
@@ -228,7 +246,8 @@ async fn an_open_node_is_closed_live_and_a_rotation_never_locks_the_operator_out
     let (address, _) = start(&runtime, "legacy", NEW, &reach_now).await;
 
     // The operator's login is refused (no such user yet): it gets in as `default`.
-    let first = NodeClient::at(address, &reach_now).await.unwrap();
+    let legacy = any_node(address);
+    let first = NodeClient::open(&legacy, &reach_now).await.unwrap();
     assert!(!first.is_logged_in());
     let desired = DesiredAcl {
         system: Some(credentials.system_users()),
@@ -244,7 +263,7 @@ async fn an_open_node_is_closed_live_and_a_rotation_never_locks_the_operator_out
     let still_open = anonymous(address, &["PING"]).await;
     assert!(still_open.contains("answered"), "{still_open}");
     // ...then, logged in as itself, `default` closed.
-    let second = NodeClient::at(address, &reach_now).await.unwrap();
+    let second = NodeClient::open(&legacy, &reach_now).await.unwrap();
     assert!(second.is_logged_in());
     assert_eq!(apply_users(&second, &desired).await.unwrap(), []);
     for probe in PROBES {
@@ -261,7 +280,7 @@ async fn an_open_node_is_closed_live_and_a_rotation_never_locks_the_operator_out
     };
     for step in 0..3 {
         let reach = reach(&state);
-        let client = NodeClient::at(address, &reach).await.unwrap();
+        let client = NodeClient::open(&closed(address), &reach).await.unwrap();
         assert!(client.is_logged_in(), "step {step}: locked out");
         let desired = DesiredAcl {
             system: Some(state.system_users()),
@@ -276,13 +295,18 @@ async fn an_open_node_is_closed_live_and_a_rotation_never_locks_the_operator_out
         system: Some(state.system_users()),
         ..DesiredAcl::none()
     };
-    let client = NodeClient::at(address, &reach(&state)).await.unwrap();
+    let client = NodeClient::open(&closed(address), &reach(&state))
+        .await
+        .unwrap();
     assert!(client.is_logged_in());
     apply_users(&client, &desired).await.unwrap();
-    let stale = NodeClient::at(address, &old_only).await.unwrap();
-    assert!(!stale.is_logged_in(), "the old password still logs in");
-    let refused = stale.ping().await.unwrap_err().to_string().to_uppercase();
-    assert!(refused.contains("NOAUTH"), "{refused}");
+    // The old password is refused, and a closed node is never used without credentials.
+    let stale = NodeClient::open(&closed(address), &old_only).await;
+    assert!(
+        stale.as_ref().is_err_and(|e| e.is_auth_refusal()),
+        "the old password: {:?}",
+        stale.err()
+    );
 }
 
 /// Whether `node` says it owns `slot` (its own line of `CLUSTER NODES`).

@@ -72,8 +72,10 @@ impl Sim {
             cluster_ok: false,
             migrating: false,
             unfinished_moves: Vec::new(),
+            stranger: false,
             handover_requested: false,
             terminated: false,
+            hung: false,
             leaving: false,
         });
     }
@@ -274,8 +276,10 @@ fn build(start: &Start) -> Vec<ObservedNode> {
                 cluster_ok: true,
                 migrating: false,
                 unfinished_moves: Vec::new(),
+                stranger: false,
                 handover_requested: false,
                 terminated: false,
+                hung: false,
                 leaving: false,
             });
         }

@@ -93,13 +93,26 @@ pub enum NodeRole {
 
 impl ValkeyNode {
     /// When a handover of this node's shard was asked for ([`HANDOVER_REQUESTED`]), if that
-    /// request still counts at `now` (within [`HANDOVER_WINDOW`]). An unreadable value is no
-    /// request: it is not the webhook's.
+    /// request still counts at `now` (within [`HANDOVER_WINDOW`]), judged on the operator's
+    /// clock: a time ahead of `now` counts as `now` (the controller writes it back as `now`,
+    /// see [`Self::handover_time_ahead`], so a request dated in the future still expires). An
+    /// unreadable value is no request: it is not the webhook's.
     pub fn handover_requested_at(&self, now: Timestamp) -> Option<Timestamp> {
         let window = SignedDuration::try_from(HANDOVER_WINDOW).unwrap_or(SignedDuration::MAX);
+        self.handover_annotation()
+            .map(|at| at.min(now))
+            .filter(|at| at.checked_add(window).is_ok_and(|until| until >= now))
+    }
+
+    /// Whether the handover request's time lies ahead of `now` (a clock apart, or a hand-made
+    /// value): such a request would never expire.
+    pub fn handover_time_ahead(&self, now: Timestamp) -> bool {
+        self.handover_annotation().is_some_and(|at| at > now)
+    }
+
+    fn handover_annotation(&self) -> Option<Timestamp> {
         self.annotations()
             .get(HANDOVER_REQUESTED)
             .and_then(|value| value.parse::<Timestamp>().ok())
-            .filter(|at| at.checked_add(window).is_ok_and(|until| until >= now))
     }
 }

@@ -43,6 +43,8 @@ pub struct Context {
     pub secret_versions: super::credentials::SecretVersions,
     /// When each cluster's rolling shards and joining replicas started, for the histograms.
     pub stopwatches: super::stopwatch::Stopwatches,
+    /// Since when each node has not answered (see [`super::silence`]).
+    pub silence: super::silence::Silence,
     /// Every cluster's standing in its fleet rollout (see [`super::rollouts`]).
     pub rollouts: Arc<super::rollouts::Rollouts>,
     /// Wakes a cluster (the controller reconciles each key sent), e.g. a queued cluster of a

@@ -77,6 +77,10 @@ pub enum ClusterEvent {
     NameConflict {
         problem: String,
     },
+    /// Another server answers at a node's address: what `Degraded` says.
+    StrangerAtAddress {
+        problem: String,
+    },
 }
 
 impl ClusterEvent {
@@ -97,6 +101,7 @@ impl ClusterEvent {
             ClusterEvent::Deleted { .. } => "Deleted",
             ClusterEvent::SpecOutOfBounds { .. } => "SpecOutOfBounds",
             ClusterEvent::NameConflict { .. } => "NameConflict",
+            ClusterEvent::StrangerAtAddress { .. } => "StrangerAtAddress",
         }
     }
 
@@ -116,6 +121,7 @@ impl ClusterEvent {
             ClusterEvent::Deleted { .. } => "Cleanup",
             ClusterEvent::SpecOutOfBounds { .. } => "Validate",
             ClusterEvent::NameConflict { .. } => "Apply",
+            ClusterEvent::StrangerAtAddress { .. } => "Connect",
         }
     }
 
@@ -127,6 +133,7 @@ impl ClusterEvent {
                 | ClusterEvent::TakeOver { .. }
                 | ClusterEvent::SpecOutOfBounds { .. }
                 | ClusterEvent::NameConflict { .. }
+                | ClusterEvent::StrangerAtAddress { .. }
         )
     }
 
@@ -167,7 +174,8 @@ impl ClusterEvent {
                     "the spec is outside the operator's limits, nothing is done until it changes: {problems}"
                 )
             }
-            ClusterEvent::NameConflict { problem } => problem.clone(),
+            ClusterEvent::NameConflict { problem }
+            | ClusterEvent::StrangerAtAddress { problem } => problem.clone(),
         }
     }
 }

@@ -28,7 +28,7 @@ use crate::execute::Member;
 use crate::execute::acl::{DesiredAcl, Refusal, apply_users};
 use crate::fleet::{ClusterKey, Fleet};
 use crate::roll::ObservedNode;
-use crate::valkey::{NodeAddress, NodeClient, Reach};
+use crate::valkey::{Expected, NodeAddress, NodeClient, Reach};
 
 /// The cluster's users as `ACL SETUSER` rules, with the operator's own (`system`), and why each
 /// user that could not be built was not (that user is left as it is on the nodes).
@@ -223,10 +223,10 @@ fn digest(desired: &DesiredAcl) -> u64 {
 fn reachable<'a>(
     members: &'a [Member],
     observed: &'a [ObservedNode],
-) -> impl Iterator<Item = (&'a str, NodeAddress)> {
+) -> impl Iterator<Item = (&'a str, Expected<'a>)> {
     observed.iter().filter(|o| o.reachable).filter_map(|node| {
         let member = members.iter().find(|m| m.name == node.name)?;
-        Some((member.name.as_str(), member.address?))
+        Some((member.name.as_str(), member.expected()?))
     })
 }
 
@@ -263,12 +263,13 @@ pub async fn apply_acl(
         .filter(|m| !m.terminated)
         .any(|m| !applied.written_here(cluster, m));
     let mut due = Vec::new();
-    for (node, address) in reachable(members, observed) {
+    for (node, expected) in reachable(members, observed) {
+        let address = expected.address;
         let current = |d| applied.is_current(cluster, node, address, d);
         if current(digest) || (unwritten && current(open_digest)) {
             continue;
         }
-        match NodeClient::at(address, reach).await {
+        match NodeClient::open(&expected, reach).await {
             Ok(client) => due.push((node, address, client)),
             Err(error) => tracing::warn!(%node, %error, "could not reach a node to apply users"),
         }
@@ -344,11 +345,12 @@ pub async fn reload_certificates(
     applied.keep_only(cluster, members);
     let settled = versions.settled(cluster, version);
     let digest = text_digest(version);
-    for (node, address) in reachable(members, observed) {
+    for (node, expected) in reachable(members, observed) {
+        let address = expected.address;
         if applied.is_current(cluster, node, address, digest) {
             continue;
         }
-        let reloaded = match NodeClient::at(address, reach).await {
+        let reloaded = match NodeClient::open(&expected, reach).await {
             Ok(client) => {
                 client
                     .config_set("tls-cert-file", &tls_file(TLS_CERT_KEY))
@@ -397,11 +399,12 @@ pub async fn apply_settings(
 ) {
     applied.keep_only(cluster, members);
     let digest = text_digest(&format!("{settings:?}"));
-    for (node, address) in reachable(members, observed) {
+    for (node, expected) in reachable(members, observed) {
+        let address = expected.address;
         if applied.is_current(cluster, node, address, digest) {
             continue;
         }
-        let client = match NodeClient::at(address, reach).await {
+        let client = match NodeClient::open(&expected, reach).await {
             Ok(client) => client,
             Err(error) => {
                 tracing::warn!(%node, %error, "could not reach a node to apply settings");
@@ -434,6 +437,7 @@ mod tests {
             join_overdue: false,
             address: None,
             id: None,
+            closed: true,
             replica_of: None,
             handover_requested: false,
             terminated: false,

@@ -11,7 +11,7 @@
 //! is deleted (a watch says so, see [`AppliedObjects::forget`]), or after
 //! [`super::live::REFRESH`], so a converged cluster costs the API server nothing for them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -27,11 +27,13 @@ use super::error::Error;
 use super::host::{KubeHost, MANAGER, NODE_FINALIZER, hold};
 use super::live::REFRESH;
 use super::observe::{REPLICA_OF_ANNOTATION, has_stopped};
-use super::render::{ClusterRender, role_label};
+use super::render::ClusterRender;
 use super::status::node_role;
-use crate::api::{NodeRole, ValkeyNode, labels};
+use crate::api::annotations::HANDOVER_REQUESTED;
+use crate::api::{NodeRole, ValkeyNode};
 use crate::fleet::ClusterKey;
 use crate::roll::ObservedNode;
+use k8s_openapi::jiff::Timestamp;
 
 /// The objects a cluster owns besides its nodes, each applied on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -315,6 +317,36 @@ pub async fn hold_nodes(
     Ok(())
 }
 
+/// Writes back as `now` a handover request dated ahead of the operator's clock: it counts as
+/// `now` already (see [`ValkeyNode::handover_requested_at`]), and written so it expires like any
+/// other, instead of holding every drain of that node back for as long as the date lies ahead.
+pub async fn bound_handover_times(
+    host: &KubeHost<'_>,
+    client: &kube::Client,
+    namespace: &str,
+    now: Timestamp,
+) -> Result<(), Error> {
+    let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), namespace);
+    for node in host
+        .nodes
+        .objects
+        .iter()
+        .filter(|n| n.handover_time_ahead(now))
+    {
+        let name = node.name_any();
+        tracing::info!(node = %name, "a handover request dated ahead of this clock: dating it now");
+        let patch = json!({"metadata": {
+            "annotations": {HANDOVER_REQUESTED: now.to_string()},
+            "resourceVersion": node.metadata.resource_version,
+        }});
+        let patched = nodes
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        host.writes().node(&patched);
+    }
+    Ok(())
+}
+
 /// Creates the Pod of a node that never had one running (its creation failed after the
 /// ValkeyNode was created, e.g. refused by RBAC or a quota). A node that did run is not
 /// restarted here: if its Pod is gone it is unreachable, and the planner replaces it.
@@ -353,8 +385,9 @@ fn needs_pod(host: &KubeHost<'_>, node: &ValkeyNode) -> bool {
     never_ran && !deleting && !host.nodes.pods.contains_key(&node.name_any())
 }
 
-/// Keeps each node's `status.role`, and its Pod's role label and annotations, in step with
-/// what the node reports (a failover swaps roles; podAnnotations are patched onto live Pods).
+/// Keeps each node's `status.role`, and its Pod's labels and annotations, in step with what
+/// the node reports (a failover swaps roles; podAnnotations are patched onto live Pods; labels
+/// someone removed or changed are put back, as the watches and the Service find Pods by them).
 pub async fn sync_roles(
     client: &kube::Client,
     host: &KubeHost<'_>,
@@ -377,15 +410,19 @@ pub async fn sync_roles(
                 .await?;
             host.writes().node(&patched);
         }
-        let Some(pod) = host.nodes.pods.get(&seen.name) else {
+        let Some(pod) = host.nodes.pod_of(node) else {
             continue;
         };
-        let label = role_label(role);
-        let missing = wanted_annotations
-            .iter()
-            .any(|(k, v)| pod.annotations.get(k) != Some(v));
-        if pod.role_label.as_deref() != Some(label) || missing {
-            let patch = json!({"metadata": {"labels": {labels::ROLE: label}, "annotations": wanted_annotations}});
+        let wanted_labels = render.pod_labels(node, role);
+        let differs = |wanted: &BTreeMap<String, String>, has: &BTreeMap<String, String>| {
+            wanted.iter().any(|(k, v)| has.get(k) != Some(v))
+        };
+        if differs(&wanted_labels, &pod.labels) || differs(wanted_annotations, &pod.annotations) {
+            if differs(&wanted_labels, &pod.labels) {
+                tracing::info!(pod = %seen.name, "putting the Pod's labels back");
+            }
+            let patch =
+                json!({"metadata": {"labels": wanted_labels, "annotations": wanted_annotations}});
             let patched = pods
                 .patch(&seen.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;

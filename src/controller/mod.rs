@@ -30,6 +30,7 @@ pub mod render;
 pub mod rollouts;
 pub mod secrets;
 pub mod settled;
+pub mod silence;
 pub mod status;
 pub mod stopwatch;
 pub mod wakes;
@@ -260,6 +261,7 @@ pub async fn run(
         known_credentials: Default::default(),
         secret_versions: Default::default(),
         stopwatches: Default::default(),
+        silence: Default::default(),
         rollouts: Default::default(),
         wake: changes.clone(),
         leadership: leading.clone(),
@@ -279,6 +281,7 @@ pub async fn run(
         context.known_credentials.clear();
         context.secret_versions.clear();
         context.stopwatches.clear();
+        context.silence.clear();
         context.rollouts.clear();
         context.metrics.leading(true);
         let mut lost = leading.clone();

@@ -565,7 +565,10 @@ mod tests {
         );
         assert_eq!(view.ip.as_deref(), Some("127.1.0.9"));
         assert_eq!(view.phase.as_deref(), Some("Running"));
-        assert_eq!(view.role_label.as_deref(), Some("primary"));
+        assert_eq!(
+            view.labels.get(labels::ROLE).map(String::as_str),
+            Some("primary")
+        );
         assert_eq!(view.resource_version.as_deref(), Some("1"));
         assert!(!view.deleting);
     }

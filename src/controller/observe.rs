@@ -18,6 +18,7 @@ use crate::api::{
     FailoverAttempts, NodeLifecycle, RollStatus, ValkeyCluster, ValkeyClusterStatus, ValkeyNode,
     labels,
 };
+use crate::credentials::secret_name;
 use crate::execute::Member;
 use crate::fleet::ClusterKey;
 use crate::roll::{Lifecycle, RollMemory};
@@ -60,17 +61,22 @@ pub struct ClusterNodes {
     pub pods: BTreeMap<String, PodView>,
 }
 
-/// What a pass reads of a Pod: where it answers, whether it runs and stays, its role label
-/// and annotations, and the Secrets it mounts. The controller's cache keeps this, not the Pod
-/// (whose spec alone is several KiB: thousands of clusters' Pods would be most of its memory).
+/// What a pass reads of a Pod: whose it is, where it answers, whether it runs and stays, its
+/// labels and annotations, and the Secrets it mounts. The controller's cache keeps this, not
+/// the Pod (whose spec alone is several KiB: thousands of clusters' Pods would be most of its
+/// memory).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodView {
     pub resource_version: Option<String>,
-    pub role_label: Option<String>,
+    /// The uid of its controller (the ValkeyNode it runs), from its ownerReferences.
+    pub owner_uid: Option<String>,
+    pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     /// It has a `deletionTimestamp`.
     pub deleting: bool,
     pub phase: Option<String>,
+    /// Its container is running now (`containerStatuses[].state.running`).
+    pub running: bool,
     pub ip: Option<String>,
     /// The Secrets its volumes mount.
     pub secrets: Vec<String>,
@@ -80,12 +86,24 @@ impl From<&Pod> for PodView {
     fn from(pod: &Pod) -> Self {
         let status = pod.status.as_ref();
         let volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+        let containers = status.and_then(|s| s.container_statuses.as_ref());
+        let owner = pod
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true));
         Self {
             resource_version: pod.metadata.resource_version.clone(),
-            role_label: pod.labels().get(labels::ROLE).cloned(),
+            owner_uid: owner.map(|o| o.uid.clone()),
+            labels: pod.labels().clone(),
             annotations: pod.annotations().clone(),
             deleting: pod.metadata.deletion_timestamp.is_some(),
             phase: status.and_then(|s| s.phase.clone()),
+            running: containers.is_some_and(|all| {
+                !all.is_empty()
+                    && all
+                        .iter()
+                        .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
+            }),
             ip: status.and_then(|s| s.pod_ip.clone()),
             secrets: volumes
                 .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
@@ -99,12 +117,42 @@ impl From<&Pod> for PodView {
 pub async fn read_nodes(ctx: &Context, cluster: &ValkeyCluster) -> Result<ClusterNodes, Error> {
     let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
     let key = ClusterKey::new(namespace.clone(), cluster.name_any());
-    if let Some(cached) = ctx.node_cache.fresh(&key) {
-        return Ok(cached);
+    let mut nodes = match ctx.node_cache.fresh(&key) {
+        Some(cached) => cached,
+        None => {
+            let listed = list_nodes(ctx, cluster, &namespace).await?;
+            ctx.node_cache.listed(&key, &listed);
+            listed
+        }
+    };
+    find_unlabelled_pods(ctx, &namespace, &mut nodes).await?;
+    Ok(nodes)
+}
+
+/// Pods are listed and watched by their labels, which anyone who may edit Pods can change. A
+/// node that ran and whose Pod the labels no longer find is asked for its Pod by name: if the
+/// Pod of that name is still the one the node owns, the node is running (its labels are put
+/// back by the membership step), not gone.
+async fn find_unlabelled_pods(
+    ctx: &Context,
+    namespace: &str,
+    nodes: &mut ClusterNodes,
+) -> Result<(), Error> {
+    let missing: Vec<String> = nodes
+        .objects
+        .iter()
+        .filter(|n| n.status.as_ref().is_some_and(|s| s.node_id.is_some()))
+        .map(ResourceExt::name_any)
+        .filter(|name| !nodes.pods.contains_key(name))
+        .collect();
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), namespace);
+    for name in missing {
+        if let Some(pod) = pods.get_opt(&name).await? {
+            tracing::warn!(%namespace, pod = %name, "a node's Pod no longer carries its labels");
+            nodes.pods.insert(name, PodView::from(&pod));
+        }
     }
-    let listed = list_nodes(ctx, cluster, &namespace).await?;
-    ctx.node_cache.listed(&key, &listed);
-    Ok(listed)
+    Ok(())
 }
 
 async fn list_nodes(
@@ -129,9 +177,25 @@ async fn list_nodes(
 }
 
 impl ClusterNodes {
-    /// Where the node's Pod answers, once it has an IP.
-    pub fn address(&self, node: &str) -> Option<NodeAddress> {
-        NodeAddress::of_pod_ip(self.pods.get(node)?.ip.as_deref()?)
+    /// The node's own Pod: the Pod of its name whose controller is this ValkeyNode (by uid,
+    /// which no one can edit; labels only find it, and anyone who may edit Pods can change
+    /// them). A Pod of that name someone else made is not it.
+    pub fn pod_of(&self, node: &ValkeyNode) -> Option<&PodView> {
+        let pod = self.pods.get(&node.name_any())?;
+        let owned = match (&pod.owner_uid, &node.metadata.uid) {
+            (Some(owner), Some(uid)) => owner == uid,
+            // An object without a uid is only ever a test's.
+            (_, None) => true,
+            (None, Some(_)) => false,
+        };
+        owned.then_some(pod)
+    }
+
+    /// Where the node answers: its own Pod's IP while the Pod's server runs. A Pod that has
+    /// stopped keeps its IP in its status, but the CNI may already have handed the IP on.
+    pub fn address(&self, node: &ValkeyNode) -> Option<NodeAddress> {
+        let pod = self.pod_of(node).filter(|p| p.running && !has_stopped(p))?;
+        NodeAddress::of_pod_ip(pod.ip.as_deref()?)
     }
 
     /// The node's server has stopped for good: its Pod ran (the node recorded an id) and is
@@ -139,10 +203,18 @@ impl ClusterNodes {
     /// node whose Pod still runs may be partitioned or paused instead, and come back.
     fn terminated(&self, node: &ValkeyNode) -> bool {
         let ran = node.status.as_ref().is_some_and(|s| s.node_id.is_some());
-        match self.pods.get(&node.name_any()) {
+        match self.pod_of(node) {
             None => ran,
             Some(pod) => has_stopped(pod),
         }
+    }
+
+    /// The node was started with the operator's users: its Pod mounts the cluster's
+    /// credentials Secret (a Pod made by an operator before them does not).
+    fn started_closed(&self, node: &ValkeyNode) -> bool {
+        let secret = secret_name(&node.spec.cluster);
+        self.pod_of(node)
+            .is_some_and(|pod| pod.secrets.contains(&secret))
     }
 
     pub fn get(&self, name: &str) -> Option<&ValkeyNode> {
@@ -169,8 +241,9 @@ impl ClusterNodes {
                     join_overdue: lifecycle == Lifecycle::Joining
                         && created
                             .is_some_and(|c| c.saturating_add(limit).is_ok_and(|due| due < now)),
-                    address: self.address(&name),
+                    address: self.address(node),
                     id: node.status.as_ref().and_then(|s| s.node_id.clone()),
+                    closed: self.started_closed(node),
                     replica_of: node.annotations().get(REPLICA_OF_ANNOTATION).cloned(),
                     handover_requested: node.handover_requested_at(now).is_some(),
                     terminated: self.terminated(node),

@@ -37,9 +37,10 @@ use super::host::{KubeHost, MANAGER, delete_node};
 use super::live::Reloads;
 use super::observe::{PodView, StoredStatus, memory_of, read_nodes, read_status};
 use super::render::ClusterRender;
+use super::silence::silence_bound;
 use super::status::{
     ConditionType, PassReport, Reason, acl_applied, degraded, newly_failing, progress,
-    set_condition, stall_is_new, stalled_for, summarize,
+    set_condition, stall_is_new, stalled_for, stranger_is_new, summarize,
 };
 use super::{act, credentials, live, membership, rollouts, secrets, settled};
 use crate::api::annotations::RETRY_FAILOVERS;
@@ -326,6 +327,14 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         cluster.metadata.generation,
         now.clone(),
     );
+    if let Some(problem) = stranger_is_new(&stored.status.conditions, &status.conditions) {
+        publish(
+            &ctx.recorder,
+            cluster,
+            &ClusterEvent::StrangerAtAddress { problem },
+        )
+        .await;
+    }
     if stall_is_new(&stored.status.conditions, &status.conditions) {
         let stalled = ClusterEvent::RollStalled {
             what: step.headline(),
@@ -440,9 +449,14 @@ async fn prepare(
         .await;
     }
     membership::hold_nodes(host, &ctx.client, namespace).await?;
+    membership::bound_handover_times(host, &ctx.client, namespace, Timestamp::now()).await?;
     membership::create_missing_pods(&ctx.client, render, host, namespace).await?;
     execute::membership::introduce(host, &ctx.timeouts, reach).await?;
-    let observed = observe(&host.members(), reach).await;
+    let members = host.members();
+    let mut observed = observe(&members, reach).await;
+    let bound = silence_bound(render.node_timeout());
+    let key = cluster_key(render.cluster);
+    ctx.silence.judge(&key, &members, &mut observed, bound);
     membership::sync_roles(&ctx.client, host, &observed, render, namespace).await?;
     Ok(observed)
 }
@@ -507,6 +521,7 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     publish(&ctx.recorder, cluster, &deleted).await;
     ctx.metrics.forget_cluster(&namespace, &cluster.name_any());
     ctx.stopwatches.forget(&cluster_key(cluster));
+    ctx.silence.forget(&cluster_key(cluster));
     ctx.rollouts.forget(&cluster_key(cluster));
     ctx.applied_acl.forget(&cluster_key(cluster));
     ctx.applied_tls.forget(&cluster_key(cluster));

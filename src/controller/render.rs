@@ -158,6 +158,17 @@ impl ClusterRender<'_> {
         settings
     }
 
+    /// Valkey's `cluster-node-timeout` as the nodes run it (15 s, Valkey's default, unless the
+    /// config sets it): how long before Valkey itself calls a node failing.
+    pub fn node_timeout(&self) -> std::time::Duration {
+        let millis = self
+            .valkey_settings()
+            .get("cluster-node-timeout")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(15_000);
+        std::time::Duration::from_millis(millis)
+    }
+
     /// The settings applied live with CONFIG SET (changing them rolls nothing).
     pub fn live_settings(&self) -> BTreeMap<String, String> {
         self.valkey_settings()
@@ -209,12 +220,19 @@ impl ClusterRender<'_> {
         node
     }
 
+    /// The labels of the Pod that runs `node` in `role`: how the operator's watches, the
+    /// Service and the disruption budget find it (put back if someone changes them).
+    pub fn pod_labels(&self, node: &ValkeyNode, role: NodeRole) -> BTreeMap<String, String> {
+        let mut labels = self.labels(Some(node.spec.shard));
+        labels.insert(NODE_LABEL.to_string(), node.name_any());
+        labels.insert(labels::ROLE.to_string(), role_label(role).to_string());
+        labels
+    }
+
     /// The Pod that runs `node`, owned by it. `role` is the role it is created for.
     pub fn pod(&self, node: &ValkeyNode, role: NodeRole) -> Pod {
         let shard = node.spec.shard;
-        let mut labels = self.labels(Some(shard));
-        labels.insert(NODE_LABEL.to_string(), node.name_any());
-        labels.insert(labels::ROLE.to_string(), role_label(role).to_string());
+        let labels = self.pod_labels(node, role);
         let mut annotations = self.spec().pod_annotations.clone();
         annotations.insert(REVISION_ANNOTATION.to_string(), node.spec.revision.clone());
         Pod {

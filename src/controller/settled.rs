@@ -186,8 +186,10 @@ mod tests {
             cluster_ok: true,
             migrating: false,
             unfinished_moves: Vec::new(),
+            stranger: false,
             handover_requested: false,
             terminated: false,
+            hung: false,
             leaving: false,
         }
     }

@@ -64,6 +64,8 @@ pub enum Reason {
     TlsUnavailable,
     /// The cluster's credentials Secret cannot be used: its nodes are not touched.
     CredentialsUnusable,
+    /// Something other than a node answers at its address: nothing is sent there.
+    StrangerAtAddress,
 }
 
 impl ConditionType {
@@ -98,6 +100,7 @@ impl Reason {
             Reason::SecretUnreadable => "SecretUnreadable",
             Reason::TlsUnavailable => "TlsUnavailable",
             Reason::CredentialsUnusable => "CredentialsUnusable",
+            Reason::StrangerAtAddress => "StrangerAtAddress",
         }
     }
 }
@@ -373,8 +376,15 @@ fn verdicts(pass: &PassReport, all_served: bool) -> [Verdict; 3] {
         },
         message: pass.step.headline(),
     };
+    let strangers: Vec<&str> = (pass.observed.iter())
+        .filter(|o| o.stranger)
+        .map(|o| o.name.as_str())
+        .collect();
     let degraded = match (pass.step, &pass.failure) {
         (Step::Stalled { .. }, _) => degraded(Reason::RollStalled, pass.step.headline()),
+        _ if !strangers.is_empty() => {
+            degraded(Reason::StrangerAtAddress, stranger_message(&strangers))
+        }
         (step, Some(error)) => {
             degraded(Reason::StepFailed, format!("{}: {error}", step.headline()))
         }
@@ -386,6 +396,30 @@ fn verdicts(pass: &PassReport, all_served: bool) -> [Verdict; 3] {
         },
     };
     [ready, progressing, degraded]
+}
+
+/// What `Degraded` says while strangers answer at some nodes' addresses.
+fn stranger_message(nodes: &[&str]) -> String {
+    format!(
+        "another server answers at the address of {} (its Pod's IP was handed on, or its Pod's \
+         status is stale): no credentials and no step are sent there; the node counts as \
+         unreachable and is replaced",
+        first_of(nodes, 5)
+    )
+}
+
+/// Whether `now`'s `Degraded` says a stranger answers at a node's address and the stored one
+/// did not say so of the same nodes: worth one `StrangerAtAddress` event.
+pub fn stranger_is_new(stored: &[Condition], now: &[Condition]) -> Option<String> {
+    let saying = |conditions: &[Condition]| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == ConditionType::Degraded.as_str())
+            .filter(|c| c.status == "True" && c.reason == Reason::StrangerAtAddress.as_str())
+            .map(|c| c.message.clone())
+    };
+    let now = saying(now)?;
+    (saying(stored).as_ref() != Some(&now)).then_some(now)
 }
 
 /// The roll-progress figures of one pass, for the metrics.

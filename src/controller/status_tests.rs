@@ -41,8 +41,10 @@ fn node(name: &str, shard: u32, revision: &str, slots: (u16, u16)) -> ObservedNo
         cluster_ok: true,
         migrating: false,
         unfinished_moves: Vec::new(),
+        stranger: false,
         handover_requested: false,
         terminated: false,
+        hung: false,
         leaving: false,
     }
 }

@@ -1,9 +1,12 @@
-//! Membership, before every plan: the nodes that answer are made one Valkey cluster. Each node's
-//! id is recorded with its host, every node meets every member it does not know yet (two
-//! primaries created in one bootstrap must meet whichever came up first), a node the cluster
-//! still lists but no member is (its ValkeyNode was deleted by hand) is forgotten once that
-//! loses nothing (see [`strangers`]), and a `Joining` replica is attached to the primary it was
-//! created for (`CLUSTER REPLICATE`, retried while gossip has not introduced the primary).
+//! Membership, before every plan: the nodes that answer are made one Valkey cluster. Each
+//! node's id is recorded with its host the first time it answers (and never overwritten: a
+//! different id at its address later is a stranger, refused by [`NodeClient::open`]), every
+//! node meets every member it does not know yet (two primaries created in one bootstrap must
+//! meet whichever came up first), a node the cluster still lists but no member is (its
+//! ValkeyNode was deleted by hand) is forgotten once that loses nothing (see [`strangers`]),
+//! and a `Joining` replica is attached to its shard's primary: the one it was created for, or
+//! the one that took the shard over since (`CLUSTER REPLICATE`, retried while gossip has not
+//! introduced the primary).
 //!
 //! This runs outside the planner because it is idempotent housekeeping that must also finish a
 //! join interrupted by a restart or a slow start: the planner only sees its result (a node
@@ -14,7 +17,7 @@ use std::collections::BTreeSet;
 use futures::future::join_all;
 
 use super::{Member, NodeHost, StepError, Timeouts};
-use crate::roll::{Lifecycle, Role};
+use crate::roll::Lifecycle;
 use crate::valkey::{ClusterNode, NodeAddress, NodeClient, Reach, forget_everywhere};
 
 /// A member that answered just now.
@@ -34,12 +37,10 @@ pub async fn introduce<H: NodeHost>(
 ) -> Result<(), StepError<H::Error>> {
     let members = host.members();
     let live = answering(&members, reach).await;
-    for node in &live {
-        if node.member.id.as_deref() != Some(node.id.as_str()) {
-            host.record_id(&node.member.name, &node.id, node.address)
-                .await
-                .map_err(StepError::Host)?;
-        }
+    for node in live.iter().filter(|n| n.member.id.is_none()) {
+        host.record_id(&node.member.name, &node.id, node.address)
+            .await
+            .map_err(StepError::Host)?;
     }
     let mut views = Vec::with_capacity(live.len());
     for node in &live {
@@ -56,7 +57,7 @@ pub async fn introduce<H: NodeHost>(
         tracing::info!(node_id = %stranger, "forgetting a node no member is");
         forget_everywhere(&clients, &stranger).await?;
     }
-    attach_joining_replicas(&live, timeouts).await
+    attach_joining_replicas(&live, &views, timeouts).await
 }
 
 /// The ids the cluster lists that no member is and that can be forgotten without losing a
@@ -78,15 +79,32 @@ pub fn strangers(views: &[Vec<ClusterNode>], known: &BTreeSet<&str>) -> BTreeSet
         .collect()
 }
 
+/// The members that answer as themselves. A member not yet recorded that answers with another
+/// member's recorded id is a node of the cluster at someone else's old address: not it.
 async fn answering<'a>(members: &'a [Member], reach: &Reach) -> Vec<Live<'a>> {
     let attempts = members.iter().filter_map(|member| {
-        let address = member.address?;
+        let expected = member.expected()?;
         Some(async move {
-            let client = NodeClient::at(address, reach).await.ok()?;
-            let id = client.my_id().await.ok()?;
+            let client = match NodeClient::open(&expected, reach).await {
+                Ok(client) => client,
+                Err(error) => {
+                    if error.is_stranger() {
+                        tracing::warn!(node = %member.name, %error, "not the node recorded");
+                    }
+                    return None;
+                }
+            };
+            let id = client.id()?.to_owned();
+            let taken = members
+                .iter()
+                .any(|other| other.name != member.name && other.id.as_deref() == Some(&id));
+            if member.id.is_none() && taken {
+                tracing::warn!(node = %member.name, %id, "answers with another member's id");
+                return None;
+            }
             Some(Live {
                 member,
-                address,
+                address: expected.address,
                 client,
                 id,
             })
@@ -109,21 +127,42 @@ async fn meet_unknown_peers<E: std::error::Error + 'static>(
     Ok(())
 }
 
+/// Makes each `Joining` replica replicate its shard's primary: the node it was created for
+/// while that one is still a primary, else the shard's primary now (the one that took the
+/// shard over when it died). A joiner left replicating a dead primary would never sync.
 async fn attach_joining_replicas<E: std::error::Error + 'static>(
     live: &[Live<'_>],
+    views: &[Vec<ClusterNode>],
     timeouts: &Timeouts,
 ) -> Result<(), StepError<E>> {
-    let joining = live
-        .iter()
-        .filter(|n| n.member.lifecycle == Lifecycle::Joining);
-    for node in joining {
-        let Some(primary) = &node.member.replica_of else {
+    let own_line = |index: usize| views[index].iter().find(|n| n.myself);
+    let is_primary = |index: usize| own_line(index).is_some_and(|n| n.primary);
+    for (index, node) in live.iter().enumerate() {
+        if node.member.lifecycle != Lifecycle::Joining {
+            continue;
+        }
+        let Some(created_for) = &node.member.replica_of else {
             continue;
         };
-        let Some(primary) = live.iter().find(|n| &n.member.name == primary) else {
+        let shard = node.member.shard;
+        let primary = live
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != index && is_primary(*i))
+            .filter(|(_, n)| &n.member.name == created_for || n.member.shard == shard)
+            .max_by_key(|(i, n)| {
+                let owns_slots = own_line(*i).is_some_and(|l| !l.slots.is_empty());
+                (&n.member.name == created_for, owns_slots)
+            })
+            .map(|(_, n)| n);
+        let Some(primary) = primary else {
             continue;
         };
-        if node.client.replication_info().await?.role != Role::Replica {
+        let follows = own_line(index).and_then(|line| line.replica_of.as_deref());
+        if follows != Some(primary.id.as_str()) {
+            if follows.is_some() {
+                tracing::info!(node = %node.member.name, primary = %primary.member.name, "re-pointing a joining replica at its shard's primary");
+            }
             node.client.replicate(&primary.id, timeouts.start).await?;
         }
     }

@@ -19,7 +19,7 @@ use std::time::Duration;
 pub use perform::{Outcome, StepInputs, perform};
 
 use crate::roll::{Lifecycle, RollMemory};
-use crate::valkey::{EngineError, NodeAddress};
+use crate::valkey::{EngineError, Expected, NodeAddress};
 
 /// How long each kind of action may take.
 #[derive(Clone, Debug)]
@@ -58,10 +58,13 @@ pub struct Member {
     pub lifecycle: Lifecycle,
     /// A `Joining` node that has been joining for longer than it may (the host's clock).
     pub join_overdue: bool,
-    /// Where the node answers, once it has an address.
+    /// Where the node answers, once it has an address: its own server's, while it runs.
     pub address: Option<NodeAddress>,
-    /// The Valkey node id, once recorded.
+    /// The Valkey node id, once recorded (recorded once, never overwritten).
     pub id: Option<String>,
+    /// It was started with the operator's users: it never admits anyone without credentials
+    /// (see [`Expected::closed`]).
+    pub closed: bool,
     /// For a node created as a replica: the name of the primary it was created to replicate.
     pub replica_of: Option<String>,
     /// Its Pod is about to be evicted (see [`crate::roll::ObservedNode::handover_requested`]).
@@ -70,6 +73,17 @@ pub struct Member {
     pub terminated: bool,
     /// Someone asked for it to go (see [`crate::roll::ObservedNode::leaving`]).
     pub leaving: bool,
+}
+
+impl Member {
+    /// Who the operator expects at the member's address, once it has one.
+    pub fn expected(&self) -> Option<Expected<'_>> {
+        Some(Expected {
+            address: self.address?,
+            id: self.id.as_deref(),
+            closed: self.closed,
+        })
+    }
 }
 
 /// Where a cluster's nodes live: the only part of executing a step that differs between the

@@ -10,7 +10,7 @@ use futures::future::join_all;
 use super::Member;
 use crate::roll::slots::compress;
 use crate::roll::{ObservedNode, ReplicaSync, Role, UnfinishedMove};
-use crate::valkey::{ClusterNode, NodeAddress, NodeClient, Reach, SlotDirection};
+use crate::valkey::{ClusterNode, Expected, NodeClient, Reach, SlotDirection};
 
 /// What one reachable node said about itself.
 struct NodeReport {
@@ -25,21 +25,37 @@ struct NodeReport {
     view: Vec<ClusterNode>,
 }
 
-async fn report(address: NodeAddress, reach: &Reach) -> Option<NodeReport> {
-    let client = NodeClient::at(address, reach).await.ok()?;
-    let replication = client.replication_info().await.ok()?;
-    let info = client.cluster_info().await.ok()?;
-    let view = client.cluster_nodes().await.ok()?;
+/// Why a member gave no report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unheard {
+    /// No address yet, no answer, or an error.
+    Silent,
+    /// Something other than the member answers at its address.
+    Stranger,
+}
+
+async fn report(expected: Expected<'_>, reach: &Reach) -> Result<NodeReport, Unheard> {
+    let client =
+        NodeClient::open(&expected, reach)
+            .await
+            .map_err(|error| match error.is_stranger() {
+                true => Unheard::Stranger,
+                false => Unheard::Silent,
+            })?;
+    let silent = |_| Unheard::Silent;
+    let replication = client.replication_info().await.map_err(silent)?;
+    let info = client.cluster_info().await.map_err(silent)?;
+    let view = client.cluster_nodes().await.map_err(silent)?;
     let migrating = match replication.role {
         Role::Primary => client
             .slot_migrations()
             .await
-            .ok()?
+            .map_err(silent)?
             .iter()
             .any(|job| !job.succeeded() && !job.failed()),
         Role::Replica => false,
     };
-    Some(NodeReport {
+    Ok(NodeReport {
         role: replication.role,
         link_up: replication.link_up,
         sync_in_progress: replication.sync_in_progress,
@@ -52,13 +68,13 @@ async fn report(address: NodeAddress, reach: &Reach) -> Option<NodeReport> {
     })
 }
 
-async fn report_of(member: &Member, reach: &Reach) -> Option<NodeReport> {
-    report(member.address?, reach).await
+async fn report_of(member: &Member, reach: &Reach) -> Result<NodeReport, Unheard> {
+    report(member.expected().ok_or(Unheard::Silent)?, reach).await
 }
 
 /// Observes every member; an unreachable one is reported as the rest of the cluster sees it.
 pub async fn observe(members: &[Member], reach: &Reach) -> Vec<ObservedNode> {
-    let reports = read_reports(members, reach).await;
+    let (reports, strangers) = read_reports(members, reach).await;
     let primaries: HashMap<String, &NodeReport> = reports
         .values()
         .filter(|r| r.role == Role::Primary)
@@ -80,7 +96,10 @@ pub async fn observe(members: &[Member], reach: &Reach) -> Vec<ObservedNode> {
                 unfinished_moves: moves.remove(member.name.as_str()).unwrap_or_default(),
                 ..answered(member, report, &primaries)
             },
-            None => unanswered(member, &view),
+            None => ObservedNode {
+                stranger: strangers.contains(member.name.as_str()),
+                ..unanswered(member, &view)
+            },
         })
         .collect()
 }
@@ -131,15 +150,26 @@ fn unfinished_moves<'a>(
     moves
 }
 
-/// Every member's report, replicas read a second time after every primary.
-async fn read_reports<'a>(members: &'a [Member], reach: &Reach) -> HashMap<&'a str, NodeReport> {
+/// Every member's report, replicas read a second time after every primary; and the members at
+/// whose address a stranger answered.
+async fn read_reports<'a>(
+    members: &'a [Member],
+    reach: &Reach,
+) -> (HashMap<&'a str, NodeReport>, BTreeSet<&'a str>) {
     let first = join_all(members.iter().map(|m| report_of(m, reach))).await;
-    let mut reports: HashMap<&str, NodeReport> = members
-        .iter()
-        .map(|m| m.name.as_str())
-        .zip(first)
-        .filter_map(|(name, report)| Some((name, report?)))
-        .collect();
+    let mut reports: HashMap<&str, NodeReport> = HashMap::new();
+    let mut strangers = BTreeSet::new();
+    for (member, report) in members.iter().zip(first) {
+        match report {
+            Ok(report) => {
+                reports.insert(member.name.as_str(), report);
+            }
+            Err(Unheard::Stranger) => {
+                strangers.insert(member.name.as_str());
+            }
+            Err(Unheard::Silent) => {}
+        }
+    }
     let replicas: Vec<&Member> = members
         .iter()
         .filter(|m| {
@@ -150,11 +180,18 @@ async fn read_reports<'a>(members: &'a [Member], reach: &Reach) -> HashMap<&'a s
         .collect();
     for member in replicas {
         match report_of(member, reach).await {
-            Some(fresh) => reports.insert(member.name.as_str(), fresh),
-            None => reports.remove(member.name.as_str()),
-        };
+            Ok(fresh) => {
+                reports.insert(member.name.as_str(), fresh);
+            }
+            Err(unheard) => {
+                reports.remove(member.name.as_str());
+                if unheard == Unheard::Stranger {
+                    strangers.insert(member.name.as_str());
+                }
+            }
+        }
     }
-    reports
+    (reports, strangers)
 }
 
 /// What is known of a member before it answers: unreachable, no role, no slots.
@@ -172,8 +209,11 @@ fn unheard(member: &Member) -> ObservedNode {
         cluster_ok: false,
         migrating: false,
         unfinished_moves: Vec::new(),
+        stranger: false,
         handover_requested: member.handover_requested,
         terminated: member.terminated,
+        // The caller's clock decides (see `ObservedNode::hung`).
+        hung: false,
         leaving: member.leaving,
     }
 }

@@ -2,10 +2,10 @@
 //! through [`crate::valkey`] and every change of what backs a node through the [`NodeHost`].
 
 use super::acl::{DesiredAcl, apply_users};
-use super::{NodeHost, StepError, Timeouts};
+use super::{Member, NodeHost, StepError, Timeouts};
 use crate::roll::{DesiredShape, RollMemory, SlotRange, Step};
 use crate::valkey::migration::{KeyMove, Protocol, move_keys};
-use crate::valkey::{NodeAddress, NodeClient, Reach, forget_everywhere};
+use crate::valkey::{Expected, NodeAddress, NodeClient, Reach, forget_everywhere};
 
 /// What a step needs besides the host and the roll memory.
 pub struct StepInputs<'a> {
@@ -94,10 +94,15 @@ async fn migrate<H: NodeHost>(
         }
         Protocol::KeyByKey => {
             let login = inputs.acl.system.as_ref().map(|s| &s.replication);
-            let source_address = address_of(host, from)?;
-            let mover = NodeClient::login(source_address, inputs.reach, login).await?;
-            let source_pool = more_connections(source_address, inputs.reach).await?;
-            let target_pool = more_connections(target_address, inputs.reach).await?;
+            let source_member = member(host, from)?;
+            let source_expected = expected(&source_member)?;
+            let mover = match login {
+                Some(login) => NodeClient::open_as(&source_expected, inputs.reach, login).await?,
+                None => NodeClient::open(&source_expected, inputs.reach).await?,
+            };
+            let target_member = member(host, to)?;
+            let source_pool = more_connections(&source_expected, inputs.reach).await?;
+            let target_pool = more_connections(&expected(&target_member)?, inputs.reach).await?;
             let ends = KeyMove {
                 source: &source,
                 source_pool: &source_pool,
@@ -118,10 +123,10 @@ async fn migrate<H: NodeHost>(
 const SETSLOT_LANES: usize = 15;
 
 async fn more_connections<E: std::error::Error + 'static>(
-    address: NodeAddress,
+    expected: &Expected<'_>,
     reach: &Reach,
 ) -> std::result::Result<Vec<NodeClient>, StepError<E>> {
-    let connecting = (0..SETSLOT_LANES).map(|_| NodeClient::at(address, reach));
+    let connecting = (0..SETSLOT_LANES).map(|_| NodeClient::open(expected, reach));
     Ok(futures::future::try_join_all(connecting).await?)
 }
 
@@ -149,27 +154,36 @@ async fn client<H: NodeHost>(
     Ok(connect(host, name, inputs).await?.1)
 }
 
-/// The address of the node `name` and a client of it.
+/// The address of the node `name` and a client of it, checked to be that node.
 async fn connect<H: NodeHost>(
     host: &H,
     name: &str,
     inputs: &StepInputs<'_>,
 ) -> Result<(NodeAddress, NodeClient), H> {
-    let address = address_of(host, name)?;
-    Ok((address, NodeClient::at(address, inputs.reach).await?))
+    let member = member(host, name)?;
+    let expected = expected(&member)?;
+    Ok((
+        expected.address,
+        NodeClient::open(&expected, inputs.reach).await?,
+    ))
 }
 
-/// Where the host says the node `name` answers.
-fn address_of<H: NodeHost>(host: &H, name: &str) -> Result<NodeAddress, H> {
-    let member = host
-        .members()
+/// The member the host knows as `name`.
+fn member<H: NodeHost>(host: &H, name: &str) -> Result<Member, H> {
+    host.members()
         .into_iter()
         .find(|m| m.name == name)
         .ok_or_else(|| StepError::UnknownNode {
             node: name.to_owned(),
-        })?;
-    member.address.ok_or_else(|| StepError::NoAddress {
-        node: name.to_owned(),
+        })
+}
+
+/// Who is expected at the member's address, once it has one.
+fn expected<E: std::error::Error + 'static>(
+    member: &Member,
+) -> std::result::Result<Expected<'_>, StepError<E>> {
+    member.expected().ok_or_else(|| StepError::NoAddress {
+        node: member.name.clone(),
     })
 }
 
@@ -234,12 +248,10 @@ async fn retire<H: NodeHost>(
     };
     let mut remaining = Vec::new();
     for other in host.members().iter().filter(|m| m.name != node) {
-        let Some(address) = other.address else {
+        let Some(expected) = other.expected() else {
             continue;
         };
-        if let Ok(client) = NodeClient::at(address, inputs.reach).await
-            && client.ping().await.is_ok()
-        {
+        if let Ok(client) = NodeClient::open(&expected, inputs.reach).await {
             remaining.push(client);
         }
     }

@@ -127,6 +127,9 @@ pub struct ObservedNode {
     /// Slots a key-by-key migration from this node to another member left open (the operator
     /// stopped in the middle of one): finished before anything else moves (rule 5).
     pub unfinished_moves: Vec<UnfinishedMove>,
+    /// Something other than this node answers at its address (its Pod's IP was handed to
+    /// another server): it is unreachable, and nothing is ever sent to what answers there.
+    pub stranger: bool,
     /// Its Pod is about to go (an Eviction was deferred while it is a primary): hand its shard
     /// to a replica first, so clients see a planned failover instead of Valkey's detection.
     pub handover_requested: bool,
@@ -135,6 +138,11 @@ pub struct ObservedNode {
     /// (paused, partitioned), it cannot come back as a second primary, so its shard may be
     /// taken over at once.
     pub terminated: bool,
+    /// It answered once, and has not answered for longer than the caller waits for a node
+    /// that may come back (the caller owns the clock), while its Pod still runs: hung,
+    /// paused or cut off. It is treated as dead (its shard is taken over, it is replaced),
+    /// but not as gone: what it holds is never given up as lost while it may come back.
+    pub hung: bool,
     /// Someone asked for it to go (its ValkeyNode was deleted by hand): it counts as outdated,
     /// so it is replaced before it is retired, and as a primary it hands its shard over first.
     pub leaving: bool,
@@ -252,10 +260,10 @@ pub enum Step {
         from: String,
         to: String,
     },
-    /// Promote `to`, a replica of `from`, whose server has stopped for good
-    /// (`CLUSTER FAILOVER TAKEOVER`: no agreement of the other primaries is needed, which a
-    /// cluster of fewer than three shards could never reach). Not recorded in [`RollMemory`]:
-    /// the dead primary cannot be taken over twice.
+    /// Promote `to`, a replica of `from`, which is dead: its server stopped for good, or has
+    /// not answered for long (`CLUSTER FAILOVER TAKEOVER`: no agreement of the other primaries
+    /// is needed, which a cluster of fewer than three shards could never reach). Not recorded
+    /// in [`RollMemory`]: the dead primary cannot be taken over twice.
     TakeOver {
         shard: u32,
         from: String,
@@ -407,7 +415,7 @@ impl fmt::Display for Step {
             ),
             Step::TakeOver { shard, from, to } => write!(
                 f,
-                "take shard {shard} over onto {to}: the server of its primary {from} has stopped"
+                "take shard {shard} over onto {to}: its primary {from} is dead (its server stopped, or has not answered for long)"
             ),
             Step::MigrateSlots {
                 from_shard,

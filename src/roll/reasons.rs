@@ -90,6 +90,14 @@ pub enum WaitReason {
         shard: u32,
         node: String,
     },
+    /// A dead primary's replica `heir` does not answer right now (nor for long yet): the
+    /// takeover waits for it, so the most caught-up copy is chosen, and a shard whose only copy
+    /// was slow for a moment is not given up as empty.
+    HeirUnreachable {
+        node: String,
+        shard: u32,
+        heir: String,
+    },
     /// The fleet rollout the cluster belongs to does not let it move on yet (a cap, a wave, a
     /// pause or a halt): see [`crate::rollout`]. Not a planner's answer: the controller's gate
     /// puts it in place of a roll step.
@@ -102,7 +110,8 @@ impl WaitReason {
         match self {
             WaitReason::Joining { shard, .. }
             | WaitReason::ValkeyFailover { shard, .. }
-            | WaitReason::FailoverTargetSyncing { shard, .. } => Some(*shard),
+            | WaitReason::FailoverTargetSyncing { shard, .. }
+            | WaitReason::HeirUnreachable { shard, .. } => Some(*shard),
             WaitReason::SlotMigration { .. }
             | WaitReason::ClusterNotOk { .. }
             | WaitReason::Rollout(_) => None,
@@ -117,6 +126,7 @@ impl WaitReason {
             WaitReason::SlotMigration { .. } => "SlotMigration",
             WaitReason::ClusterNotOk { .. } => "ClusterNotOk",
             WaitReason::FailoverTargetSyncing { .. } => "FailoverTargetSyncing",
+            WaitReason::HeirUnreachable { .. } => "HeirUnreachable",
             WaitReason::Rollout(why) => why.kind(),
         }
     }
@@ -144,6 +154,11 @@ impl fmt::Display for WaitReason {
                 f,
                 "{node} must be synced before shard {shard} fails over to it"
             ),
+            WaitReason::HeirUnreachable { node, shard, heir } => write!(
+                f,
+                "{node}, primary of shard {shard}, is dead and its replica {heir} does not \
+                 answer right now: waiting for it before choosing who takes the shard over"
+            ),
             WaitReason::Rollout(why) => write!(f, "{why}"),
         }
     }
@@ -168,6 +183,14 @@ pub enum StallReason {
     },
     /// A slot-owning primary is unreachable and nothing can take its place.
     DeadPrimaryWithoutReplica {
+        node: String,
+        shard: u32,
+        slots: u32,
+    },
+    /// A slot-owning primary is dead and the only copies of its slots are on replicas that
+    /// have not answered for long, though their Pods run: serving the slots again empty
+    /// would give up data that may come back, so a person decides.
+    CopiesUnreachable {
         node: String,
         shard: u32,
         slots: u32,
@@ -202,6 +225,7 @@ impl StallReason {
             StallReason::FailoverIncomplete { shard, .. }
             | StallReason::JoinOverdue { shard, .. }
             | StallReason::DeadPrimaryWithoutReplica { shard, .. }
+            | StallReason::CopiesUnreachable { shard, .. }
             | StallReason::UnownedSlotsWithoutPrimary { shard }
             | StallReason::NoPrimary { shard }
             | StallReason::TwoPrimaries { shard, .. }
@@ -216,6 +240,7 @@ impl StallReason {
             StallReason::FailoverIncomplete { .. } => "FailoverIncomplete",
             StallReason::JoinOverdue { .. } => "JoinOverdue",
             StallReason::DeadPrimaryWithoutReplica { .. } => "DeadPrimaryWithoutReplica",
+            StallReason::CopiesUnreachable { .. } => "CopiesUnreachable",
             StallReason::UnownedSlotsWithoutPrimary { .. } => "UnownedSlotsWithoutPrimary",
             StallReason::NoPrimary { .. } => "NoPrimary",
             StallReason::TwoPrimaries { .. } => "TwoPrimaries",
@@ -250,6 +275,14 @@ impl fmt::Display for StallReason {
             StallReason::DeadPrimaryWithoutReplica { node, shard, slots } => {
                 unreachable_primary(f, node, *shard, *slots)?;
                 write!(f, " and its shard has no live replica to fail over to")
+            }
+            StallReason::CopiesUnreachable { node, shard, slots } => {
+                unreachable_primary(f, node, *shard, *slots)?;
+                write!(
+                    f,
+                    " and its only copies are on replicas that have not answered for long \
+                     though their Pods run: resume or delete them"
+                )
             }
             StallReason::UnownedSlotsWithoutPrimary { shard } => write!(
                 f,
@@ -337,6 +370,15 @@ mod tests {
                 },
                 "r1 must be synced before shard 1 fails over to it",
             ),
+            (
+                WaitReason::HeirUnreachable {
+                    node: node("p1"),
+                    shard: 1,
+                    heir: node("r1"),
+                },
+                "p1, primary of shard 1, is dead and its replica r1 does not answer right now: \
+                 waiting for it before choosing who takes the shard over",
+            ),
         ];
         for (reason, sentence) in &cases {
             assert_eq!(reason.to_string(), *sentence);
@@ -375,6 +417,16 @@ mod tests {
                 },
                 "p0, primary of shard 0 owning 16384 slots, is unreachable and its shard has \
                  no live replica to fail over to",
+            ),
+            (
+                StallReason::CopiesUnreachable {
+                    node: node("p0"),
+                    shard: 0,
+                    slots: 5461,
+                },
+                "p0, primary of shard 0 owning 5461 slots, is unreachable and its only copies \
+                 are on replicas that have not answered for long though their Pods run: resume \
+                 or delete them",
             ),
             (
                 StallReason::UnownedSlotsWithoutPrimary { shard: 1 },

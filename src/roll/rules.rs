@@ -1,37 +1,45 @@
-//! The rules of a roll, in the order they are checked. [`plan`] returns the first rule's step:
+//! The rules of a roll, in the order they are checked. [`plan`] returns the first rule's step.
+//! Healing comes first, whatever else is in flight; the roll itself last.
 //!
-//! 0. A failover of this roll that left the primary unchanged every one of the
-//!    `MAX_FAILOVER_ATTEMPTS` times it was issued stalls the cluster (fewer: rule 7 retries it;
+//! 1. A primary that owns slots but does not answer. If it is dead (its server stopped for
+//!    good, or it has been silent for long while its Pod runs), its most caught-up replica
+//!    takes over; while a replica of it is silent only for a moment, that one is waited for
+//!    first. With no copy left, a primary whose server stopped is retired and its slots served
+//!    again, empty; copies that exist but stay silent stall for a person. A primary silent
+//!    only for a moment waits for Valkey's own failover (or stalls without a replica).
+//! 2. A node whose server stopped for good and owns no slots is retired: it counts for nothing
+//!    and holds nothing.
+//! 3. A failover of this roll that left the primary unchanged every one of the
+//!    `MAX_FAILOVER_ATTEMPTS` times it was issued stalls the cluster (fewer: rule 9 retries it;
 //!    never a second failover after one that took effect).
-//! 1. A `Joining` node is activated once ready; until then the cluster waits for it, and stalls
-//!    if it is overdue (a new node that never became ready stops the roll). A new shard's
-//!    primary is ready once it sees the slot map, if any other node serves one.
-//! 2. A primary that owns slots but is unreachable: if its server stopped for good (its Pod
-//!    terminated or is gone), its most caught-up replica takes over at once, or with no
-//!    replica it is retired and its slots served again, empty; otherwise (paused, partitioned)
-//!    wait for Valkey's own failover.
-//! 3. A desired shard without any node gets a new primary (bootstrap, shards up).
-//! 4. Slots nobody owns are assigned, each desired shard taking its even contiguous share.
-//! 5. A key-by-key slot migration left open between two live primaries (the operator stopped
+//! 4. A `Joining` node is activated once ready; until then the cluster waits for it. Past its
+//!    deadline, one that answered once and went silent is retired (a new one is joined), one
+//!    that never answered stalls the roll. A joiner whose shard has lost every slot owner is
+//!    retired. A new shard's primary is ready once it sees the slot map, if any other node
+//!    serves one.
+//! 5. A desired shard without any node gets a new primary (bootstrap, shards up).
+//! 6. Slots nobody owns are assigned, each desired shard taking its even contiguous share.
+//! 7. A key-by-key slot migration left open between two live primaries (the operator stopped
 //!    in the middle of one) is finished first; a node that does not report `cluster_state:ok`,
 //!    or a running atomic slot migration: wait.
-//! 6. A primary whose Pod is being evicted, or whose ValkeyNode was deleted by hand, hands its
+//! 8. A primary whose Pod is being evicted, or whose ValkeyNode was deleted by hand, hands its
 //!    shard over to its most caught-up synced replica (up-to-date ones first; never one that is
-//!    itself leaving). A node deleted by hand counts as outdated from then on (rule 7 replaces
+//!    itself leaving). A node deleted by hand counts as outdated from then on (rule 9 replaces
 //!    it before retiring it).
-//! 7. Replicas, one shard at a time (a shard already being rolled goes first), replacing before
+//! 9. Replicas, one shard at a time (a shard already being rolled goes first), replacing before
 //!    retiring, exactly as the upgrade guide describes:
 //!    join an up-to-date replica while the shard is at or below its target and something is
 //!    outdated (or it is below target); retire the dead, then outdated replicas, only while
 //!    the shard stays at or above target; if the primary is outdated, one clean failover per
 //!    roll onto the most caught-up synced up-to-date replica; retire excess replicas (scale
 //!    down) only once the primary is up to date.
-//! 8. Slots are balanced with atomic migration: shards being removed are drained first, a
-//!    target must see the topology (rule 5) before slots move to it.
-//! 9. Drained shards beyond the desired count are retired, replicas first, then the primary.
+//! 10. Slots are balanced: shards being removed are drained first, a target must see the
+//!     topology (rule 7) before slots move to it.
+//! 11. Drained shards beyond the desired count are retired, replicas first, then the primary.
 //!
 //! A primary that owns slots, or the primary of a desired shard, is never retired, unless its
-//! server has stopped for good with no replica (rule 2): then its data is gone already.
+//! server has stopped for good and no copy of its slots is left anywhere (rule 1): then its
+//! data is gone already.
 
 use std::collections::BTreeSet;
 
@@ -49,9 +57,10 @@ pub fn plan(desired: &DesiredShape, nodes: &[ObservedNode], memory: &RollMemory)
         desired,
         nodes: sorted,
     };
-    failed_failovers(&view, memory)
+    dead_primaries(&view)
+        .or_else(|| gone_nodes(&view))
+        .or_else(|| failed_failovers(&view, memory))
         .or_else(|| joining_nodes(&view))
-        .or_else(|| dead_primaries(&view))
         .or_else(|| missing_primaries(&view))
         .or_else(|| unassigned_slots(&view))
         .or_else(|| unsettled_cluster(&view))
@@ -104,9 +113,14 @@ impl<'a> View<'a> {
         self.nodes.iter().map(|n| n.slot_count()).sum()
     }
 
+    /// How many nodes of `shard` own slots, answering or not.
+    fn slot_owners(&self, shard: u32) -> usize {
+        self.in_shard(shard).filter(|n| n.slot_count() > 0).count()
+    }
+
     /// Another live node reports `cluster_state:ok`: there is a slot map for `node` to learn.
     /// When none does (a shard's slots were lost), waiting for one would never end; the new
-    /// primary is activated and takes the lost slots (rule 4).
+    /// primary is activated and takes the lost slots (rule 6).
     fn serving_elsewhere(&self, node: &ObservedNode) -> bool {
         self.nodes
             .iter()
@@ -114,10 +128,11 @@ impl<'a> View<'a> {
     }
 }
 
-/// Rule 0: the failover of a shard that left its outdated primary in place every one of the
-/// [`MAX_FAILOVER_ATTEMPTS`](super::model::MAX_FAILOVER_ATTEMPTS) times it was issued. Nothing else moves until a person has looked
-/// (see `RollMemory::allow_more_attempts`). Fewer attempts are retried by rule 7, as any
-/// failover: the primary, observed, never changed, so no second failover can follow a first.
+/// Rule 3: the failover of a shard that left its outdated primary in place every one of the
+/// [`MAX_FAILOVER_ATTEMPTS`](super::model::MAX_FAILOVER_ATTEMPTS) times it was issued. Nothing
+/// but healing moves until a person has looked (see `RollMemory::allow_more_attempts`). Fewer
+/// attempts are retried by rule 9, as any failover: the primary, observed, never changed, so
+/// no second failover can follow a first.
 fn failed_failovers(view: &View, memory: &RollMemory) -> Option<Step> {
     let desired = view.desired;
     memory
@@ -137,7 +152,7 @@ fn failed_failovers(view: &View, memory: &RollMemory) -> Option<Step> {
         })
 }
 
-/// Rule 1: activate, wait for, or stall on `Joining` nodes.
+/// Rule 4: activate, wait for, retire or stall on `Joining` nodes.
 fn joining_nodes(view: &View) -> Option<Step> {
     let joining: Vec<&ObservedNode> = view
         .nodes
@@ -149,17 +164,35 @@ fn joining_nodes(view: &View) -> Option<Step> {
         .iter()
         .filter_map(|n| join_blocker(view, n).map(|why| (*n, why)))
         .collect();
-    // A join the spec has since moved past (e.g. onto an image that never started, then fixed)
-    // is abandoned: the node holds no slots and counts towards nothing, so retiring it is safe.
-    if let Some((stale, why)) = blockers
-        .iter()
-        .find(|(n, _)| !n.is_up_to_date(view.desired) && n.slots.is_empty())
-    {
-        return Some(Step::RetireNode {
-            shard: stale.shard,
-            node: stale.name.clone(),
-            reason: format!("its join is outdated and never completed ({why})"),
-        });
+    // A joiner that can become nothing is abandoned: it holds no slots and counts towards
+    // nothing, so retiring it is safe. A join the spec has since moved past (e.g. onto an
+    // image that never started, then fixed); one that answered and then went silent past its
+    // deadline (a new node is joined instead); one whose shard lost every slot owner before it
+    // synced (no primary will ever be there for it to follow).
+    let abandoned = blockers.iter().find_map(|(n, why)| {
+        if !n.slots.is_empty() {
+            return None;
+        }
+        let reason = if !n.is_up_to_date(view.desired) {
+            format!("its join is outdated and never completed ({why})")
+        } else if n.join_overdue && n.hung {
+            format!("it stopped answering while joining ({why}); a new node replaces it")
+        } else if *why == JoinBlocker::NotPrimary && view.slot_owners(n.shard) == 0 {
+            format!(
+                "shard {} lost its primary before this node synced; the shard starts again",
+                n.shard
+            )
+        } else {
+            return None;
+        };
+        Some(Step::RetireNode {
+            shard: n.shard,
+            node: n.name.clone(),
+            reason,
+        })
+    });
+    if let Some(retire) = abandoned {
+        return Some(retire);
     }
     if let Some(ready) = joining
         .iter()
@@ -226,55 +259,103 @@ fn join_blocker(view: &View, node: &ObservedNode) -> Option<JoinBlocker> {
     }
 }
 
-/// Rule 2: a slot owner that does not answer. If its server has stopped for good, its most
-/// caught-up replica takes over at once, or, with no replica, it is retired so that its slots
-/// can be served again (empty: no copy of them is left). If it may come back (paused,
-/// partitioned), failing it over is Valkey's job, which needs a majority of primaries.
+/// Rule 1: a slot owner that does not answer. Dead (its server stopped for good, or silent
+/// for long while its Pod runs): its most caught-up replica takes over, once every replica that
+/// is silent only for a moment has answered again or stayed silent for long; with no copy
+/// left anywhere, a stopped primary is retired so that its slots can be served again (empty),
+/// while copies that exist but stay silent stall for a person. Silent only for a moment
+/// (paused, partitioned): failing it over is Valkey's job, which needs a majority of
+/// primaries (a cluster of one or two shards has none: rule 1 takes it over once it has been
+/// silent for long).
 fn dead_primaries(view: &View) -> Option<Step> {
     let dead = view
         .nodes
         .iter()
         .find(|n| !n.reachable && n.slot_count() > 0)?;
     let (node, shard, slots) = (dead.name.clone(), dead.shard, dead.slot_count());
+    let copies = || {
+        view.in_shard(shard)
+            .filter(|n| n.lifecycle == Lifecycle::Active && n.role == Role::Replica)
+    };
     let heir = view.replicas(shard).into_iter().max_by(|a, b| {
         replica_offset(a)
             .cmp(&replica_offset(b))
             .then_with(|| b.name.cmp(&a.name))
     });
-    Some(match (heir, dead.terminated) {
-        (Some(heir), true) => Step::TakeOver {
+    // A copy that does not answer now but may in a moment (its Pod runs, not silent for long).
+    let waited_for = copies().find(|n| !n.reachable && !n.terminated && !n.hung);
+    let unreachable_copy = copies().any(|n| !n.reachable && !n.terminated);
+    let step = if !(dead.terminated || dead.hung) {
+        match heir.or(waited_for) {
+            Some(_) => Step::Wait {
+                reason: WaitReason::ValkeyFailover { node, shard, slots },
+            },
+            None => Step::Stalled {
+                reason: StallReason::DeadPrimaryWithoutReplica { node, shard, slots },
+            },
+        }
+    } else if let Some(waited_for) = waited_for {
+        Step::Wait {
+            reason: WaitReason::HeirUnreachable {
+                node,
+                shard,
+                heir: waited_for.name.clone(),
+            },
+        }
+    } else if let Some(heir) = heir {
+        Step::TakeOver {
             shard,
             from: node,
             to: heir.name.clone(),
-        },
-        (Some(_), false) => Step::Wait {
-            reason: WaitReason::ValkeyFailover { node, shard, slots },
-        },
+        }
+    } else if view.primary(shard).is_some() {
         // A takeover that not every view has learnt yet: its heir is the shard's primary.
-        (None, true) if view.primary(shard).is_some() => Step::Wait {
+        Step::Wait {
             reason: WaitReason::ValkeyFailover { node, shard, slots },
-        },
-        (None, true) => Step::RetireNode {
+        }
+    } else if unreachable_copy {
+        Step::Stalled {
+            reason: StallReason::CopiesUnreachable { node, shard, slots },
+        }
+    } else if dead.terminated {
+        Step::RetireNode {
             shard,
             node,
             reason: format!(
                 "its server stopped and no replica holds its {slots} slots: they are served again, empty"
             ),
-        },
-        (None, false) => Step::Stalled {
+        }
+    } else {
+        Step::Stalled {
             reason: StallReason::DeadPrimaryWithoutReplica { node, shard, slots },
-        },
+        }
+    };
+    Some(step)
+}
+
+/// Rule 2: a node whose server has stopped for good and that owns no slots is retired at once:
+/// it counts towards nothing and holds nothing, and its shard's replacement is joined by the
+/// rules that follow as for any missing replica.
+fn gone_nodes(view: &View) -> Option<Step> {
+    let gone = view
+        .nodes
+        .iter()
+        .find(|n| n.terminated && !n.reachable && n.slot_count() == 0)?;
+    Some(Step::RetireNode {
+        shard: gone.shard,
+        node: gone.name.clone(),
+        reason: "its server has stopped for good".into(),
     })
 }
 
-/// Rule 3: a desired shard with no node at all gets its primary.
+/// Rule 5: a desired shard with no node at all gets its primary.
 fn missing_primaries(view: &View) -> Option<Step> {
     (0..view.desired.shards)
         .find(|&shard| view.in_shard(shard).next().is_none())
         .map(|shard| Step::JoinPrimary { shard })
 }
 
-/// Rule 4: slots nobody owns go to the desired shard whose bootstrap range holds them.
+/// Rule 6: slots nobody owns go to the desired shard whose bootstrap range holds them.
 fn unassigned_slots(view: &View) -> Option<Step> {
     if view.owned_slots() >= SLOT_COUNT {
         return None;
@@ -296,7 +377,7 @@ fn unassigned_slots(view: &View) -> Option<Step> {
     Some(Step::AssignSlots { assignments })
 }
 
-/// Rule 5: act only on a settled cluster.
+/// Rule 7: act only on a settled cluster.
 fn unsettled_cluster(view: &View) -> Option<Step> {
     let live = || view.nodes.iter().filter(|n| n.reachable);
     if let Some(step) = live().find_map(|from| unfinished_move(view, from)) {
@@ -336,7 +417,7 @@ fn unfinished_move(view: &View, from: &ObservedNode) -> Option<Step> {
     })
 }
 
-/// Rule 6: a primary about to be evicted or deleted hands over to a synced replica that stays.
+/// Rule 8: a primary about to be evicted or deleted hands over to a synced replica that stays.
 fn handovers(view: &View) -> Option<Step> {
     view.nodes
         .iter()
@@ -360,7 +441,7 @@ fn handovers(view: &View) -> Option<Step> {
         })
 }
 
-/// Rule 7: replicas and the roll itself, strictly one shard at a time.
+/// Rule 9: replicas and the roll itself, strictly one shard at a time.
 fn shard_replicas(view: &View, memory: &RollMemory) -> Option<Step> {
     let mut order: Vec<u32> = (0..view.desired.shards).collect();
     // A shard whose roll has begun is finished before another one starts.
@@ -446,7 +527,7 @@ fn failover_step(
 ) -> Option<Step> {
     let desired = view.desired;
     if !memory.may_fail_over(&desired.revision, shard) {
-        // Rule 0 reports the details; never one attempt too many.
+        // Rule 3 reports the details; never one attempt too many.
         return Some(Step::Stalled {
             reason: StallReason::AlreadyFailedOver { shard },
         });
@@ -483,7 +564,7 @@ fn replica_offset(node: &ObservedNode) -> u64 {
     node.sync.map_or(0, |s| s.offset)
 }
 
-/// Rule 8: balance slots, draining shards beyond the desired count first.
+/// Rule 10: balance slots, draining shards beyond the desired count first.
 fn slot_balance(view: &View) -> Option<Step> {
     let shards = view.desired.shards;
     let owned = |shard: u32| -> u32 { view.in_shard(shard).map(|n| n.slot_count()).sum() };
@@ -523,7 +604,7 @@ fn slot_balance(view: &View) -> Option<Step> {
     })
 }
 
-/// Rule 9: retire the nodes of drained shards beyond the desired count, primary last.
+/// Rule 11: retire the nodes of drained shards beyond the desired count, primary last.
 fn removed_shards(view: &View) -> Option<Step> {
     let shard = view
         .shards()

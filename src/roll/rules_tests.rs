@@ -39,8 +39,10 @@ fn primary(name: &str, shard: u32, slots: Vec<SlotRange>) -> ObservedNode {
         cluster_ok: true,
         migrating: false,
         unfinished_moves: Vec::new(),
+        stranger: false,
         handover_requested: false,
         terminated: false,
+        hung: false,
         leaving: false,
     }
 }
@@ -239,14 +241,194 @@ fn a_dead_primary_waits_for_valkey_only_when_a_replica_can_take_over() {
         }
     );
 
+    // Its replica silent for a moment too: still Valkey's (or a moment's) business.
     nodes[1].reachable = false;
     assert_eq!(
+        wait(plan(&shape(1, 1, OLD), &nodes, &memory)),
+        WaitReason::ValkeyFailover {
+            node: "p0".into(),
+            shard: 0,
+            slots: SLOT_COUNT,
+        }
+    );
+    // Both silent for long: the copy exists but will not answer; a person decides.
+    nodes[0].hung = true;
+    nodes[1].hung = true;
+    assert_eq!(
         stall(plan(&shape(1, 1, OLD), &nodes, &memory)),
+        StallReason::CopiesUnreachable {
+            node: "p0".into(),
+            shard: 0,
+            slots: SLOT_COUNT,
+        }
+    );
+    // No replica at all, the primary silent: nothing to fail over to.
+    nodes.truncate(1);
+    nodes[0].hung = false;
+    assert_eq!(
+        stall(plan(&shape(1, 0, OLD), &nodes, &memory)),
         StallReason::DeadPrimaryWithoutReplica {
             node: "p0".into(),
             shard: 0,
             slots: SLOT_COUNT,
         }
+    );
+}
+
+#[test]
+fn a_dead_primary_waits_for_a_replica_silent_for_a_moment_and_never_gives_a_copy_up() {
+    let mut nodes = one_shard();
+    nodes[0].reachable = false;
+    nodes[0].terminated = true;
+    nodes[1].reachable = false;
+    let memory = RollMemory::default();
+    let desired = shape(1, 1, OLD);
+    assert_eq!(
+        wait(plan(&desired, &nodes, &memory)),
+        WaitReason::HeirUnreachable {
+            node: "p0".into(),
+            shard: 0,
+            heir: "r0".into(),
+        },
+        "r0 holds every slot's data: never retire p0 as if nothing did"
+    );
+    nodes[1].hung = true;
+    assert_eq!(
+        stall(plan(&desired, &nodes, &memory)),
+        StallReason::CopiesUnreachable {
+            node: "p0".into(),
+            shard: 0,
+            slots: SLOT_COUNT,
+        }
+    );
+    nodes[1].hung = false;
+    nodes[1].reachable = true;
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        Step::TakeOver {
+            shard: 0,
+            from: "p0".into(),
+            to: "r0".into(),
+        }
+    );
+    // Only when every copy has stopped for good are the slots served again, empty.
+    nodes[1].reachable = false;
+    nodes[1].terminated = true;
+    let step = plan(&desired, &nodes, &memory);
+    assert!(
+        matches!(&step, Step::RetireNode { node, .. } if node == "p0"),
+        "{step}"
+    );
+}
+
+#[test]
+fn a_primary_silent_for_long_is_taken_over_by_its_most_caught_up_replica() {
+    let mut nodes = one_shard();
+    let mut behind = replica("r1", 0);
+    behind.sync = Some(synced(40));
+    nodes.push(behind);
+    nodes[0].reachable = false;
+    nodes[0].hung = true;
+    assert_eq!(
+        plan(&shape(1, 2, OLD), &nodes, &RollMemory::default()),
+        Step::TakeOver {
+            shard: 0,
+            from: "p0".into(),
+            to: "r0".into(),
+        }
+    );
+}
+
+#[test]
+fn a_dead_primary_is_taken_over_whatever_else_is_in_flight() {
+    let mut nodes = one_shard();
+    nodes.push(primary("p1", 1, vec![]));
+    nodes[0].slots = vec![SlotRange::new(0, 8191)];
+    nodes[2].slots = vec![SlotRange::new(8192, 16383)];
+    nodes.push(replica("r1", 1));
+    // A joiner that is not ready, and a roll stalled on a failover that never took effect.
+    let mut joining = replica("n1", 1);
+    joining.revision = NEW.into();
+    joining.lifecycle = Lifecycle::Joining;
+    joining.reachable = false;
+    nodes.push(joining);
+    let mut memory = RollMemory::default();
+    for _ in 0..MAX_FAILOVER_ATTEMPTS {
+        memory.record_failover(NEW, 1);
+    }
+    nodes[0].reachable = false;
+    nodes[0].terminated = true;
+    assert_eq!(
+        plan(&shape(2, 1, NEW), &nodes, &memory),
+        Step::TakeOver {
+            shard: 0,
+            from: "p0".into(),
+            to: "r0".into(),
+        }
+    );
+}
+
+#[test]
+fn a_stopped_node_without_slots_is_retired_at_once() {
+    let mut nodes = one_shard();
+    let mut joining = replica("n1", 0);
+    joining.revision = NEW.into();
+    joining.lifecycle = Lifecycle::Joining;
+    joining.sync = Some(ReplicaSync {
+        sync_in_progress: true,
+        ..synced(0)
+    });
+    nodes.push(joining);
+    nodes[1].reachable = false;
+    nodes[1].terminated = true;
+    assert_eq!(
+        plan(&shape(1, 1, NEW), &nodes, &RollMemory::default()),
+        Step::RetireNode {
+            shard: 0,
+            node: "r0".into(),
+            reason: "its server has stopped for good".into(),
+        },
+        "not held back by a join in flight"
+    );
+}
+
+#[test]
+fn a_joiner_silent_past_its_deadline_is_replaced_one_that_never_answered_stalls() {
+    let mut nodes = one_shard();
+    let mut joining = replica("n1", 0);
+    joining.lifecycle = Lifecycle::Joining;
+    joining.reachable = false;
+    joining.join_overdue = true;
+    nodes.push(joining);
+    let desired = shape(1, 2, OLD);
+    let memory = RollMemory::default();
+    assert!(
+        matches!(
+            stall(plan(&desired, &nodes, &memory)),
+            StallReason::JoinOverdue { .. }
+        ),
+        "a node that never answered (an image that never starts) stops the roll"
+    );
+    nodes[2].hung = true;
+    let step = plan(&desired, &nodes, &memory);
+    assert!(
+        matches!(&step, Step::RetireNode { node, reason, .. } if node == "n1" && reason.contains("stopped answering")),
+        "{step}"
+    );
+}
+
+#[test]
+fn a_joiner_whose_shard_lost_every_slot_owner_is_retired() {
+    let mut nodes = vec![primary("p1", 1, vec![SlotRange::new(8192, 16383)])];
+    let mut orphan = replica("n0", 0);
+    orphan.lifecycle = Lifecycle::Joining;
+    orphan.role = Role::Replica;
+    orphan.sync = None;
+    nodes.push(orphan);
+    let step = plan(&shape(2, 1, OLD), &nodes, &RollMemory::default());
+    assert!(
+        matches!(&step, Step::RetireNode { node, .. } if node == "n0"),
+        "{step}"
     );
 }
 

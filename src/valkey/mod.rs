@@ -3,6 +3,7 @@
 //! Waiting operations (replicate, failover, slot migration) poll until done or a deadline.
 
 pub mod address;
+mod identity;
 pub mod migration;
 pub mod parse;
 pub mod tls;
@@ -14,6 +15,7 @@ use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, Value};
 use tokio::time::{Instant, sleep, timeout};
 
 pub use address::{CLIENT_PORT, NodeAddress};
+pub use identity::Expected;
 pub use parse::{
     ClusterInfo, ClusterNode, ClusterShard, OpenSlot, ReplicationInfo, ServerInfo, ShardMember,
     SlotDirection, SlotMigration,
@@ -59,6 +61,13 @@ pub enum EngineError {
         state: String,
         message: String,
     },
+    /// Not the node the operator means answers at its address (see [`identity`]).
+    #[error("{node}: a stranger answers there: expected {expected}, found {found}")]
+    Stranger {
+        node: String,
+        expected: String,
+        found: String,
+    },
 }
 
 impl EngineError {
@@ -94,7 +103,13 @@ impl EngineError {
             EngineError::Reply { .. } => "reply",
             EngineError::Deadline { .. } => "deadline",
             EngineError::MigrationFailed { .. } => "migration",
+            EngineError::Stranger { .. } => "stranger",
         }
+    }
+
+    /// Something other than the node meant answered at its address.
+    pub fn is_stranger(&self) -> bool {
+        matches!(self, EngineError::Stranger { .. })
     }
 }
 
@@ -102,8 +117,8 @@ pub type Result<T> = std::result::Result<T, EngineError>;
 
 /// How the operator reaches one cluster's nodes: the bound on connecting and on each call, TLS
 /// when the cluster serves it, and the logins it tries in order (during a rotation of its
-/// password a node may know only the other one), before it tries without credentials (a node
-/// made before the operator closed `default`).
+/// password a node may know only the other one). See [`NodeClient::open`] for when each is
+/// sent, and to whom.
 #[derive(Clone, Debug)]
 pub struct Reach {
     pub call_timeout: Duration,
@@ -155,6 +170,8 @@ pub struct NodeClient {
     call_timeout: Duration,
     /// Whether the connection logged in as a user (not as `default` without credentials).
     logged_in: bool,
+    /// The node's id, once checked against what was expected ([`NodeClient::open`]).
+    id: Option<String>,
 }
 
 impl NodeClient {
@@ -203,38 +220,8 @@ impl NodeClient {
             conn,
             call_timeout,
             logged_in: credentials.is_some(),
+            id: None,
         })
-    }
-
-    /// Connect to a node's client address as `reach` says: over TLS when the cluster serves it,
-    /// with the first of its logins the node accepts, or else with none.
-    pub async fn at(address: NodeAddress, reach: &Reach) -> Result<Self> {
-        let addr = address.to_string();
-        for credentials in &reach.credentials {
-            match Self::at_as(&addr, reach, Some(credentials)).await {
-                Err(error) if error.is_auth_refusal() => {
-                    tracing::debug!(node = %addr, %error, "a login was refused; trying the next");
-                }
-                connected => return connected,
-            }
-        }
-        if !reach.credentials.is_empty() {
-            tracing::warn!(
-                node = %addr,
-                "the node took none of the operator's logins; trying without credentials (a node started before the operator's users)"
-            );
-        }
-        Self::at_as(&addr, reach, None).await
-    }
-
-    /// Connect to a node's client address as `reach` says (TLS or not), logging in with exactly
-    /// `credentials` (`None`: as `default`), with no other login tried.
-    pub async fn login(
-        address: NodeAddress,
-        reach: &Reach,
-        credentials: Option<&Credentials>,
-    ) -> Result<Self> {
-        Self::at_as(&address.to_string(), reach, credentials).await
     }
 
     async fn at_as(addr: &str, reach: &Reach, credentials: Option<&Credentials>) -> Result<Self> {
@@ -281,6 +268,7 @@ impl NodeClient {
             conn,
             call_timeout,
             logged_in: credentials.is_some(),
+            id: None,
         })
     }
 

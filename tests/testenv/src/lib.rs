@@ -22,6 +22,7 @@ use std::path::PathBuf;
 use std::process::ExitStatus;
 
 pub use controlplane::{AUDIT_LOG_VAR, ControlPlane, ControlPlaneOptions};
+pub use kubelet::ip::IpLease;
 pub use kubelet::{KubeletOptions, PodProcess, TestKubelet};
 pub use wait::{Outcome, eventually};
 

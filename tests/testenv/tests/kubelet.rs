@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, PostParams};
-use testenv::{ControlPlane, TestKubelet, eventually};
+use testenv::{ControlPlane, KubeletOptions, TestKubelet, eventually};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -242,4 +242,61 @@ async fn an_image_without_a_binary_stays_pending_with_a_pull_error() {
             .pod_process("default", "ancient")
             .is_none_or(|p| p.pid.is_none())
     );
+}
+
+/// A Pod that is never restarted, as the operator makes Valkey Pods.
+fn pod_never_restarted(name: &str) -> Pod {
+    let mut pod = valkey_pod(name, "valkey/valkey:9.1.2");
+    pod.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+    pod
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_pods_address_is_released_while_its_status_shows_it_and_can_go_to_the_next_pod() {
+    let cp = ControlPlane::start().await.unwrap();
+    let client = cp.client().await.unwrap();
+    let options = KubeletOptions {
+        reuse_freed_ips: true,
+        ..Default::default()
+    };
+    let kubelet = TestKubelet::start(client.clone(), options).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    create(&pods, &pod_never_restarted("first")).await;
+    let first = ready_pod(&pods, "first").await;
+    let ip = pod_ip(&first);
+    assert!(
+        kubelet.take_released_ip("default", "first").is_none(),
+        "held while it runs"
+    );
+    let pid = kubelet
+        .pod_process("default", "first")
+        .unwrap()
+        .pid
+        .unwrap();
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    let failed = eventually("the Pod to fail", DEADLINE, async || {
+        let pod = pods.get("first").await.ok()?;
+        (pod.status.as_ref()?.phase.as_deref() == Some("Failed")).then_some(pod)
+    })
+    .await;
+    assert_eq!(pod_ip(&failed), ip, "the status still shows the address");
+    assert!(!kubelet.pod_process("default", "first").unwrap().holds_ip);
+    // A stranger may take it, as long as it holds it...
+    let lease = kubelet
+        .take_released_ip("default", "first")
+        .expect("released");
+    assert_eq!(lease.ip(), ip);
+    drop(lease);
+    // ...and once free it is the next Pod's at once.
+    create(&pods, &pod_never_restarted("second")).await;
+    let second = ready_pod(&pods, "second").await;
+    assert_eq!(
+        pod_ip(&second),
+        ip,
+        "the freed address went to the next Pod"
+    );
+    assert_eq!(server_version(ip).await, "9.1.2");
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::Value;
-use testenv::{ControlPlane, TestKubelet};
+use testenv::{ControlPlane, KubeletOptions, TestKubelet};
 use valkey_operator::roll::slots::bootstrap_range;
 
 use super::chart::{
@@ -52,6 +52,16 @@ impl Product {
     /// Starts everything; `before_webhooks` is applied while the chart's webhooks cannot answer
     /// yet (objects that predate the operator), `operator_flags` go to `serve`.
     pub async fn start(before_webhooks: Option<&str>, operator_flags: &[&str]) -> Self {
+        Self::start_with(before_webhooks, operator_flags, KubeletOptions::default()).await
+    }
+
+    /// [`Self::start`] with a kubelet that behaves as `kubelet` says (reusing addresses at
+    /// once, reporting exits late).
+    pub async fn start_with(
+        before_webhooks: Option<&str>,
+        operator_flags: &[&str],
+        kubelet: KubeletOptions,
+    ) -> Self {
         let (plane, helm) = control_plane_with_crds().await;
         if let Some(objects) = before_webhooks {
             must(&plane, &["apply", "-f", "-"], Some(objects));
@@ -62,7 +72,7 @@ impl Product {
             Operator::start_with(&identity, "operator.log", NAMESPACE, operator_flags);
         operator.wait_ready(Duration::from_secs(60)).await;
         repoint_webhooks(&plane, &operator.url);
-        let kubelet = TestKubelet::start(plane.client().await.unwrap(), Default::default())
+        let kubelet = TestKubelet::start(plane.client().await.unwrap(), kubelet)
             .await
             .unwrap();
         Self {
@@ -141,6 +151,64 @@ impl Product {
                     p["metadata"]["name"].as_str()?.to_string(),
                     format!("{}:6379", p["status"]["podIP"].as_str()?),
                 ))
+            })
+            .collect()
+    }
+
+    /// The Pod of shard `shard`'s primary, as the servers themselves say (Pods are named
+    /// `<cluster>-<shard>-<suffix>`).
+    pub async fn primary_of(&self, namespace: &str, cluster: &str, shard: u32) -> String {
+        let prefix = format!("{cluster}-{shard}-");
+        for (name, address) in self.addresses(namespace, cluster) {
+            if !name.starts_with(&prefix) {
+                continue;
+            }
+            let client = crate::valkey::logins::admin(&address, Duration::from_secs(2)).await;
+            if let Ok(client) = client
+                && client
+                    .replication_info()
+                    .await
+                    .is_ok_and(|r| r.role == valkey_operator::roll::Role::Primary)
+            {
+                return name;
+            }
+        }
+        panic!("shard {shard} of {namespace}/{cluster} has no primary that answers");
+    }
+
+    /// A Pod of shard `shard` that is not its primary.
+    pub async fn replica_of(&self, namespace: &str, cluster: &str, shard: u32) -> String {
+        let primary = self.primary_of(namespace, cluster, shard).await;
+        let prefix = format!("{cluster}-{shard}-");
+        self.addresses(namespace, cluster)
+            .into_keys()
+            .find(|name| name.starts_with(&prefix) && name != &primary)
+            .unwrap_or_else(|| panic!("shard {shard} of {namespace}/{cluster} has no replica"))
+    }
+
+    /// Each ValkeyNode of a cluster and the node id its status records (if one).
+    pub fn node_ids(&self, namespace: &str, cluster: &str) -> BTreeMap<String, Option<String>> {
+        let selector = format!("valkey.gomomento.com/cluster={cluster}");
+        let nodes = get_json(
+            &self.plane,
+            &[
+                "get",
+                "valkeynodes",
+                "-n",
+                namespace,
+                "-l",
+                &selector,
+                "-o",
+                "json",
+            ],
+        );
+        nodes["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| {
+                let id = n["status"]["nodeId"].as_str().map(String::from);
+                Some((n["metadata"]["name"].as_str()?.to_string(), id))
             })
             .collect()
     }

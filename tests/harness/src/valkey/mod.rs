@@ -7,6 +7,7 @@ pub mod logins;
 pub mod roller;
 pub mod runtime;
 mod sampler;
+pub mod stranger;
 mod writer;
 
 use std::time::Duration;

@@ -5,6 +5,11 @@
 //! operator, set the pace. A lease is an exclusive `flock` on a per-address file, so kubelets
 //! in other test processes never hand out the same address, and a crashed process frees its
 //! leases with its file descriptors.
+//!
+//! A real CNI hands a Pod's address to the next Pod once the Pod's sandbox is torn down, which
+//! for a Pod that will not restart is as soon as its container has exited, while the Pod's
+//! status still shows the address: [`lease_address`] takes one given address (the kubelet
+//! reusing a freed one at once, or a test putting a stranger there).
 
 use std::fs::File;
 use std::net::{Ipv4Addr, TcpListener};
@@ -58,6 +63,19 @@ pub fn lease() -> Option<IpLease> {
         NEXT.store((index + 1) % POOL, Ordering::Relaxed);
         Some(lease)
     })
+}
+
+/// Leases `ip` itself, if it is in the pool and free.
+pub fn lease_address(ip: Ipv4Addr) -> Option<IpLease> {
+    let [127, 1, block, host] = ip.octets() else {
+        return None;
+    };
+    if host == 0 || host == 255 || usize::from(block) * PER_BLOCK >= POOL {
+        return None;
+    }
+    let dir = std::env::temp_dir().join("valkey-operator-testenv-ips");
+    std::fs::create_dir_all(&dir).ok()?;
+    try_lease(dir.join(ip.to_string()), ip)
 }
 
 fn try_lease(path: PathBuf, ip: Ipv4Addr) -> Option<IpLease> {

@@ -3,7 +3,7 @@
 //! loopback IP, reporting the Pod's status back like a kubelet would.
 
 mod container;
-mod ip;
+pub(crate) mod ip;
 mod pod;
 
 use std::collections::{BTreeMap, HashMap};
@@ -35,6 +35,13 @@ pub struct KubeletOptions {
     pub bind_unscheduled: bool,
     /// Folder with one `<version>/valkey-server` per Valkey version.
     pub valkey_bin_root: PathBuf,
+    /// Hand the address of a Pod whose container has stopped for good to the next Pod at
+    /// once, as a real CNI may, instead of round-robin (see [`ip`]).
+    pub reuse_freed_ips: bool,
+    /// How long after a container exits its Pod's status says so. The address is released at
+    /// once; a real kubelet's status lags the runtime (its relist and status manager), so the
+    /// API shows a stopped Pod as running, at its old address, for a moment. Zero: at once.
+    pub exit_reported_after: std::time::Duration,
 }
 
 impl Default for KubeletOptions {
@@ -44,6 +51,8 @@ impl Default for KubeletOptions {
             labels: BTreeMap::new(),
             bind_unscheduled: true,
             valkey_bin_root: valkey_bin_root(),
+            reuse_freed_ips: false,
+            exit_reported_after: std::time::Duration::ZERO,
         }
     }
 }
@@ -53,8 +62,11 @@ impl Default for KubeletOptions {
 pub struct PodProcess {
     pub namespace: String,
     pub name: String,
-    /// The Pod's IP (kept across container restarts, freed when the Pod goes).
+    /// The Pod's IP (kept across container restarts; freed when the Pod goes, or once its
+    /// container has stopped for good, while its status still shows it).
     pub ip: Ipv4Addr,
+    /// Whether the kubelet still holds the address for the Pod.
+    pub holds_ip: bool,
     /// The `valkey-server` process id, `None` while the container is not running.
     pub pid: Option<u32>,
     /// The container's output (what `kubectl logs` would show); kept after the Pod goes,
@@ -68,7 +80,10 @@ struct PodSlot {
     namespace: String,
     name: String,
     log: PathBuf,
-    lease: ip::IpLease,
+    ip: Ipv4Addr,
+    /// The address, while the Pod may still run: released once its container has stopped
+    /// for good.
+    lease: Option<ip::IpLease>,
     process: Option<ProcessGuard>,
 }
 
@@ -79,6 +94,8 @@ struct Shared {
     pods_dir: tempfile::TempDir,
     /// Pod uid -> address and process. The kubelet's Drop empties it, killing everything.
     slots: Mutex<HashMap<String, PodSlot>>,
+    /// Addresses released by stopped Pods, most recent last ([`KubeletOptions::reuse_freed_ips`]).
+    freed: Mutex<Vec<Ipv4Addr>>,
     /// Set by the kubelet's Drop; checked under the `slots` lock before adding a slot, so
     /// no Pod worker still running can start a process that outlives the kubelet.
     stopped: AtomicBool,
@@ -88,6 +105,10 @@ impl Shared {
     fn slots(&self) -> MutexGuard<'_, HashMap<String, PodSlot>> {
         // A poisoned lock only means a panic elsewhere; the map itself stays consistent.
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn freed(&self) -> MutexGuard<'_, Vec<Ipv4Addr>> {
+        self.freed.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -110,6 +131,7 @@ impl TestKubelet {
             options,
             pods_dir,
             slots: Mutex::new(HashMap::new()),
+            freed: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
         });
         let task = tokio::spawn(watch_pods(shared.clone()));
@@ -136,11 +158,25 @@ impl TestKubelet {
             .map(|slot| PodProcess {
                 namespace: slot.namespace.clone(),
                 name: slot.name.clone(),
-                ip: slot.lease.ip(),
+                ip: slot.ip,
+                holds_ip: slot.lease.is_some(),
                 pid: slot.process.as_ref().map(ProcessGuard::pid),
                 log: slot.log.clone(),
             })
             .collect()
+    }
+}
+
+impl TestKubelet {
+    /// The address of a Pod whose container has stopped for good, leased to the caller once
+    /// the kubelet has released it (as a CNI hands it to the next Pod): what a test puts a
+    /// stranger at. `None` while the kubelet still holds it, or if another took it first.
+    pub fn take_released_ip(&self, namespace: &str, name: &str) -> Option<ip::IpLease> {
+        let process = self.pod_process(namespace, name)?;
+        if process.holds_ip {
+            return None;
+        }
+        ip::lease_address(process.ip)
     }
 }
 

@@ -67,6 +67,9 @@ struct PodWorker {
     starts: i32,
     failed_attempts: u32,
     last_termination: Option<ContainerStateTerminated>,
+    /// An exit noticed but not reported yet ([`super::KubeletOptions::exit_reported_after`]):
+    /// when it is due, and the phase it leads to.
+    unreported_exit: Option<(Instant, Phase)>,
     ready: bool,
     ready_changed_at: Time,
     /// When the server was last PINGed for readiness.
@@ -150,6 +153,7 @@ impl PodWorker {
             starts: 0,
             failed_attempts: 0,
             last_termination: None,
+            unreported_exit: None,
             ready: false,
             ready_changed_at: now(),
             probed_at: None,
@@ -172,6 +176,14 @@ impl PodWorker {
             self.start(pod).await;
         }
         self.check_exit(pod);
+        if self
+            .unreported_exit
+            .as_ref()
+            .is_some_and(|(due, _)| Instant::now() >= *due)
+            && let Some((_, next)) = self.unreported_exit.take()
+        {
+            self.phase = next;
+        }
         let ready = match &self.phase {
             // A ready server is probed once per its readiness probe's period, as a kubelet
             // does, not at every re-check: a fleet of hundreds of Pods would otherwise spend
@@ -212,8 +224,32 @@ impl PodWorker {
         next_check(&self.phase, self.ready, Instant::now())
     }
 
+    /// The Pod's address while the kubelet holds it for the Pod.
     fn ip(&self) -> Option<Ipv4Addr> {
-        self.shared.slots().get(&self.uid).map(|s| s.lease.ip())
+        let slots = self.shared.slots();
+        slots
+            .get(&self.uid)
+            .filter(|s| s.lease.is_some())
+            .map(|s| s.ip)
+    }
+
+    /// The address the Pod's status shows: its own, kept after it was released.
+    fn shown_ip(&self) -> Option<Ipv4Addr> {
+        self.shared.slots().get(&self.uid).map(|s| s.ip)
+    }
+
+    /// The Pod's container stopped for good: its address goes back to the pool (to the next
+    /// Pod at once, with [`super::KubeletOptions::reuse_freed_ips`]).
+    fn release_ip(&self) {
+        let released = {
+            let mut slots = self.shared.slots();
+            slots
+                .get_mut(&self.uid)
+                .and_then(|s| s.lease.take().map(|_| s.ip))
+        };
+        if let Some(ip) = released.filter(|_| self.shared.options.reuse_freed_ips) {
+            self.shared.freed().push(ip);
+        }
     }
 
     async fn start(&mut self, pod: &Pod) {
@@ -333,7 +369,8 @@ impl PodWorker {
         if let Some(ip) = self.ip() {
             return Ok(ip);
         }
-        let lease = ip::lease().ok_or_else(|| NotStarted {
+        let reused = std::iter::from_fn(|| self.shared.freed().pop()).find_map(ip::lease_address);
+        let lease = reused.or_else(ip::lease).ok_or_else(|| NotStarted {
             reason: "ContainerCreating",
             message: "no free loopback address in 127.1.0.0/16".into(),
         })?;
@@ -351,7 +388,8 @@ impl PodWorker {
                 namespace: self.namespace.clone(),
                 name: self.name.clone(),
                 log: log.to_path_buf(),
-                lease,
+                ip,
+                lease: Some(lease),
                 process: None,
             },
         );
@@ -471,6 +509,9 @@ impl PodWorker {
         let Phase::Running { started_at, .. } = &self.phase else {
             return;
         };
+        if self.unreported_exit.is_some() {
+            return;
+        }
         let status = {
             let mut slots = self.shared.slots();
             let Some(process) = slots.get_mut(&self.uid).and_then(|s| s.process.as_mut()) else {
@@ -504,7 +545,10 @@ impl PodWorker {
             _ => true,
         };
         self.last_termination = Some(terminated.clone());
-        self.phase = if restarts {
+        if !restarts {
+            self.release_ip();
+        }
+        let next = if restarts {
             let delay = self.backoff();
             Phase::Waiting {
                 reason: "CrashLoopBackOff".into(),
@@ -517,6 +561,13 @@ impl PodWorker {
         } else {
             Phase::Terminated(terminated)
         };
+        let lag = self.shared.options.exit_reported_after;
+        if lag.is_zero() {
+            self.phase = next;
+        } else {
+            // The status still says running (not ready: nothing answers the probe now).
+            self.unreported_exit = Some((Instant::now() + lag, next));
+        }
     }
 
     /// Patches the Pod status when it changed; false if the Pod is gone.
@@ -593,7 +644,7 @@ impl PodWorker {
                 reason,
                 ..Default::default()
             };
-        let ip = self.ip().map(|ip| ip.to_string());
+        let ip = self.shown_ip().map(|ip| ip.to_string());
         PodStatus {
             phase: Some(phase.into()),
             host_ip: Some("127.0.0.1".into()),

@@ -72,6 +72,8 @@ impl<R: NodeRuntime> NodeHost for LocalHost<R> {
                     && node.joined_at.elapsed() > self.join_timeout,
                 address: Some(node.address),
                 id: node.id.clone(),
+                // Local processes have no users.
+                closed: false,
                 replica_of: node.replica_of.clone(),
                 // Local processes are never evicted, and a stopped one is only unreachable.
                 handover_requested: false,
