@@ -217,6 +217,9 @@ pub enum AclError {
     },
     #[error("user {user}: passwordSecretRef: {problem}")]
     SecretUnreadable { user: String, problem: String },
+    /// The user's rules, or all users' together, are past the bounds of [`Cost`].
+    #[error("user {user}: {problem}")]
+    TooLarge { user: String, problem: String },
 }
 
 /// The `ACL SETUSER` rules of one user, or why there are none. `secret_hash` gives the SHA-256
@@ -289,6 +292,132 @@ fn selector(
 /// The rules as `ACL SETUSER`'s arguments.
 pub fn arguments(rules: &[Rule]) -> Vec<String> {
     rules.iter().map(ToString::to_string).collect()
+}
+
+/// What ACL rules cost a node: the tokens Valkey parses (each key pattern, category and command
+/// of a selector is one) and the bytes `ACL SETUSER` carries. Each permission copies its role's
+/// entries, so a spec within every per-list limit can still expand to a million tokens (64 users
+/// × 32 permissions × 512 entries): the bounds are on what it expands to ([`MAX_USER_TOKENS`],
+/// [`MAX_NODE_BYTES`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cost {
+    pub tokens: usize,
+    pub bytes: usize,
+}
+
+impl std::ops::Add for Cost {
+    type Output = Cost;
+
+    fn add(self, other: Cost) -> Cost {
+        Cost {
+            tokens: self.tokens + other.tokens,
+            bytes: self.bytes + other.bytes,
+        }
+    }
+}
+
+impl std::iter::Sum for Cost {
+    fn sum<I: Iterator<Item = Cost>>(costs: I) -> Cost {
+        costs.fold(Cost::default(), |a, b| a + b)
+    }
+}
+
+/// The most tokens one user's rules may expand to.
+pub const MAX_USER_TOKENS: usize = 4096;
+/// The most bytes every user of a cluster together may expand to: what each node is written.
+pub const MAX_NODE_BYTES: usize = 1024 * 1024;
+
+/// A token of `text` bytes, with the space that separates it from the next.
+fn token(bytes: usize) -> Cost {
+    Cost {
+        tokens: 1,
+        bytes: bytes + 1,
+    }
+}
+
+/// What one user costs before its roles: its name, `reset on`, its password hashes (a Secret's
+/// counts as one), each selector's key patterns and always-denied commands; and per permission
+/// the role it names.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UserCost {
+    pub own: Cost,
+    pub roles: Vec<String>,
+}
+
+impl UserCost {
+    pub fn of(user: &AclUser) -> Self {
+        let hashes = user.password_hashes.len() + usize::from(user.password_secret_ref.is_some());
+        let denied: Cost = ALWAYS_DENIED.iter().map(|d| token(d.len())).sum();
+        let own = token(user.username.len())
+            + token("reset".len())
+            + token("on".len())
+            + (0..hashes).map(|_| token(65)).sum()
+            + user
+                .permissions
+                .iter()
+                .map(|p| {
+                    // `(`, `)` and the access prefix of each pattern (`%R~` at most).
+                    let keys: Cost = p.keys.iter().map(|k| token(k.pattern.len() + 3)).sum();
+                    keys + denied
+                        + Cost {
+                            tokens: 0,
+                            bytes: 2,
+                        }
+                })
+                .sum();
+        Self {
+            own,
+            roles: user
+                .permissions
+                .iter()
+                .map(|p| p.role_ref.clone())
+                .collect(),
+        }
+    }
+
+    /// The whole cost, with each role's as `role` says (a missing role costs nothing: that user
+    /// is not written at all).
+    pub fn with_roles(&self, role: impl Fn(&str) -> Option<Cost>) -> Cost {
+        self.own + self.roles.iter().filter_map(|r| role(r)).sum()
+    }
+}
+
+/// What a role adds to each permission that names it: one token per category and command.
+pub fn role_cost(role: &ValkeyRoleSpec) -> Cost {
+    let categories = role.categories.iter().map(|c| token(c.name.len() + 2));
+    let commands = role.commands.iter().map(|c| token(c.name.len() + 1));
+    categories.chain(commands).sum()
+}
+
+/// Why users' rules are too large, naming the user (by its index in `spec.acl`) and the limit.
+pub fn cost_problems(
+    users: &[UserCost],
+    role: impl Fn(&str) -> Option<Cost>,
+) -> Vec<(Option<usize>, String)> {
+    let mut problems = Vec::new();
+    let mut total = 0;
+    for (index, user) in users.iter().enumerate() {
+        let cost = user.with_roles(&role);
+        if cost.tokens > MAX_USER_TOKENS {
+            problems.push((
+                Some(index),
+                format!(
+                    "expands to {} ACL rules (its roles' entries once per permission, and its key patterns); at most {MAX_USER_TOKENS} per user are allowed",
+                    cost.tokens
+                ),
+            ));
+        }
+        total += cost.bytes;
+    }
+    if total > MAX_NODE_BYTES {
+        problems.push((
+            None,
+            format!(
+                "expands to {total} bytes of ACL rules written on every node; at most {MAX_NODE_BYTES} are allowed"
+            ),
+        ));
+    }
+    problems
 }
 
 #[cfg(test)]
@@ -440,6 +569,56 @@ mod tests {
             let error = user_rules(&user, |_| Some(&role), no_secret).unwrap_err();
             assert!(error.to_string().contains("is reserved"), "{error}");
         }
+    }
+
+    #[test]
+    fn a_users_cost_is_what_its_rules_expand_to() {
+        let role = reader();
+        let mut user = user("reader");
+        user.permissions.push(user.permissions[0].clone());
+        let rules = user_rules(&user, |_| Some(&role), no_secret).unwrap();
+        let written: Vec<String> = arguments(&rules);
+        let bytes = user.username.len() + 1 + written.iter().map(|a| a.len() + 1).sum::<usize>();
+        let cost = UserCost::of(&user).with_roles(|_| Some(role_cost(&role)));
+        // One token per rule outside selectors, one per entry inside them.
+        let inside: usize = written
+            .iter()
+            .filter(|a| a.starts_with('('))
+            .map(|a| a.split(' ').count())
+            .sum();
+        let outside = written.iter().filter(|a| !a.starts_with('(')).count();
+        assert_eq!(cost.tokens, 1 + outside + inside);
+        assert!(
+            cost.bytes >= bytes && cost.bytes <= bytes + 4 * user.permissions.len(),
+            "{cost:?} against {bytes} bytes written"
+        );
+    }
+
+    #[test]
+    fn a_role_granted_many_times_over_is_refused_by_what_it_expands_to() {
+        let big = ValkeyRoleSpec {
+            categories: Vec::new(),
+            commands: (0..256)
+                .map(|i| Permission {
+                    name: format!("command{i:03}"),
+                    access: Access::Allow,
+                })
+                .collect(),
+        };
+        let mut user = user("big");
+        user.permissions = vec![user.permissions[0].clone(); 16];
+        let costs = vec![UserCost::of(&user)];
+        let cost = |_: &str| Some(role_cost(&big));
+        assert_eq!(cost_problems(&costs, cost).len(), 1);
+        let problem = &cost_problems(&costs, cost)[0];
+        assert_eq!(problem.0, Some(0));
+        assert!(problem.1.contains("at most 4096 per user"), "{}", problem.1);
+        user.permissions.truncate(15);
+        assert!(cost_problems(&[UserCost::of(&user)], cost).is_empty());
+        let many = vec![UserCost::of(&user); 64];
+        let problems = cost_problems(&many, cost);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].0.is_none() && problems[0].1.contains("bytes of ACL rules"));
     }
 
     #[test]

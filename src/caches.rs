@@ -165,6 +165,8 @@ impl Indexed for ValkeyCluster {
             .map(|permission| permission.role_ref.clone())
             .collect();
         fleet.set_cluster_roles(&key, roles);
+        let costs = self.spec.acl.iter().map(crate::acl::UserCost::of).collect();
+        fleet.set_cluster_acl_costs(&key, costs);
         let secrets = self
             .spec
             .acl

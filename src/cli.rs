@@ -24,6 +24,7 @@ use crate::execute::Timeouts;
 use crate::fleet::{ClusterKey, Fleet};
 use crate::metrics::Metrics;
 use crate::server::limits::ServerLimits;
+use crate::server::metrics_access::{MetricsAccess, Reviews};
 use crate::server::{self, AppState, ListenOptions};
 use crate::settings::{CONFIG_MAP, OperatorSettings};
 use crate::supervise::{Health, Supervisor};
@@ -86,6 +87,12 @@ pub enum Command {
         /// Seconds between checks of the certificate files for a change.
         #[arg(long, default_value_t = 5)]
         cert_reload_seconds: u64,
+        /// The CA of the client certificate the API server presents to webhooks (PEM). With it,
+        /// a webhook request from a caller that presents no certificate signed by this CA is
+        /// refused (403), and the eviction webhook trusts that an eviction is real. Without it,
+        /// a primary is handed over only for an eviction from a Node being drained.
+        #[arg(long, env = "VALKEY_OPERATOR_WEBHOOK_CLIENT_CA")]
+        webhook_client_ca: Option<PathBuf>,
         /// Namespace of the operator's ConfigMap (valkey-operator-config) and leader Lease.
         #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
         namespace: String,
@@ -110,7 +117,24 @@ pub enum Command {
             value_parser = clap::value_parser!(u16).range(1..)
         )]
         max_concurrent_reconciles: u16,
+        /// Who may read /metrics: `kubernetes`, callers whose bearer token the API server
+        /// knows and allows to get the non-resource URL /metrics (TokenReview and
+        /// SubjectAccessReview); `none`, anyone who reaches the port.
+        #[arg(
+            long,
+            env = "VALKEY_OPERATOR_METRICS_AUTH",
+            value_enum,
+            default_value_t = MetricsAuth::Kubernetes
+        )]
+        metrics_auth: MetricsAuth,
     },
+}
+
+/// See `serve --metrics-auth`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricsAuth {
+    Kubernetes,
+    None,
 }
 
 /// Runs the parsed command.
@@ -148,10 +172,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             tls_cert,
             tls_key,
             cert_reload_seconds,
+            webhook_client_ca,
             namespace,
             identity,
             join_timeout_seconds,
             max_concurrent_reconciles,
+            metrics_auth,
         } => {
             serve(
                 listen,
@@ -159,6 +185,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     certificate: CertificatePaths {
                         cert: tls_cert,
                         key: tls_key,
+                        client_ca: webhook_client_ca,
                     },
                     reload_interval: Duration::from_secs(cert_reload_seconds.max(1)),
                     limits: ServerLimits::default(),
@@ -167,6 +194,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 identity.unwrap_or_else(default_identity),
                 Duration::from_secs(join_timeout_seconds),
                 max_concurrent_reconciles,
+                metrics_auth,
             )
             .await
         }
@@ -219,9 +247,12 @@ async fn serve(
     identity: String,
     join_timeout: Duration,
     max_concurrent_reconciles: u16,
+    metrics_auth: MetricsAuth,
 ) -> anyhow::Result<()> {
-    let client = Client::try_default()
+    let config = kube::Config::infer()
         .await
+        .context("configuring the Kubernetes API client (KUBECONFIG or in-cluster)")?;
+    let client = Client::try_from(config.clone())
         .context("connecting to the Kubernetes API (KUBECONFIG or in-cluster)")?;
     let settings = OperatorSettings {
         max_concurrent_reconciles,
@@ -251,6 +282,13 @@ async fn serve(
         metrics: Arc::new(Metrics::new()?),
         policy: Arc::new(settings.admission_policy(me)),
         limits: ServerLimits::default(),
+        certified_callers: options.certificate.client_ca.is_some(),
+        metrics_access: match metrics_auth {
+            MetricsAuth::Kubernetes => {
+                MetricsAccess::Kubernetes(Arc::new(Reviews::new(client.clone())))
+            }
+            MetricsAuth::None => MetricsAccess::Open,
+        },
     };
     let health = Arc::new(Health::default());
     let mut tasks = Supervisor::new(health.clone(), STOP_GRACE);
@@ -264,8 +302,14 @@ async fn serve(
         join: join_timeout,
         ..Timeouts::default()
     };
+    // The controller writes only while leading: its client refuses to send otherwise (the
+    // election's own Lease requests go through `client`, unfenced).
+    let fenced = kube::client::ClientBuilder::try_from(config)
+        .context("building the controller's API client")?
+        .with_layer(&controller::fence::FenceLayer::new(leading.clone()))
+        .build();
     let controller = controller::run(
-        client.clone(),
+        fenced,
         state.fleet.clone(),
         settings,
         state.metrics.clone(),
@@ -329,6 +373,7 @@ fn spawn_server(
     let evictions = eviction::router(EvictionState {
         client,
         metrics: metrics.clone(),
+        certified_callers: state.certified_callers,
     });
     let app = server::router_with_health(state, health, evictions);
     let stopping = tasks.stopping();

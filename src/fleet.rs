@@ -51,6 +51,9 @@ pub struct Fleet {
     paused_configs: BTreeSet<String>,
     /// Each cluster's rollout wave ([`crate::rollout::WAVE_ANNOTATION`]), for admission's words.
     cluster_waves: HashMap<ClusterKey, crate::rollout::Wave>,
+    /// What each cluster's ACL users cost apart from their roles (see [`crate::acl::Cost`]):
+    /// admission of a role change reckons what it makes of every cluster granting it.
+    cluster_acl_costs: HashMap<ClusterKey, Vec<crate::acl::UserCost>>,
 }
 
 fn unlink<K: Ord>(map: &mut HashMap<String, BTreeSet<K>>, key: &str, member: &K) {
@@ -148,6 +151,7 @@ impl Fleet {
 
     pub fn remove_cluster(&mut self, key: &ClusterKey) {
         self.cluster_waves.remove(key);
+        self.cluster_acl_costs.remove(key);
         if let Some(old) = self.cluster_config.remove(key) {
             unlink(&mut self.clusters_by_config, &old, key);
         }
@@ -216,6 +220,25 @@ impl Fleet {
 
     pub fn role(&self, name: &str) -> Option<&ValkeyRoleSpec> {
         self.roles.get(name)
+    }
+
+    /// What a cluster's ACL users cost apart from their roles (none kept for a cluster with
+    /// no users).
+    pub fn set_cluster_acl_costs(&mut self, key: &ClusterKey, costs: Vec<crate::acl::UserCost>) {
+        if costs.is_empty() {
+            self.cluster_acl_costs.remove(key);
+        } else {
+            self.cluster_acl_costs.insert(key.clone(), costs);
+        }
+    }
+
+    pub fn cluster_acl_costs(&self, key: &ClusterKey) -> &[crate::acl::UserCost] {
+        self.cluster_acl_costs.get(key).map_or(&[], Vec::as_slice)
+    }
+
+    /// What the role of that name costs each permission granting it, if it exists.
+    pub fn role_cost(&self, name: &str) -> Option<crate::acl::Cost> {
+        self.role(name).map(crate::acl::role_cost)
     }
 
     /// Clusters with an ACL user granted this role.

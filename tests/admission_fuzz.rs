@@ -1461,7 +1461,10 @@ fn typed_specs_of_the_other_kinds_never_panic() {
     );
     run_typed("ValkeyRole validator", roles, |(operation, name, spec)| {
         let object = spec.map(|spec| ValkeyRole::new(&name, spec));
-        let verdict = validate_role(&review_of(&operation, &name, object.as_ref(), None));
+        let verdict = validate_role(
+            &review_of(&operation, &name, object.as_ref(), None),
+            &Fleet::default(),
+        );
         check_verdict(&verdict)?;
         check_operation(&operation, object.is_some(), &verdict)
     });

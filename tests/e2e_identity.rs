@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use harness::k8s::{ClusterWatch, IMAGES, Product, condition_field, converged};
+use harness::k8s::{ClusterWatch, IMAGES, Product, ProductOptions, condition_field, converged};
 use harness::valkey::stranger::Stranger;
 use harness::valkey::{Sampler, layout, primary_changes};
 use harness::{eventually, signal};
@@ -106,7 +106,11 @@ async fn the_operator_acts_only_on_the_node_it_means() {
         exit_reported_after: STATUS_LAG,
         ..Default::default()
     };
-    let product = Product::start_with(None, &[], kubelet).await;
+    let product = Product::start_with(ProductOptions {
+        kubelet,
+        ..Default::default()
+    })
+    .await;
     product.apply(IMAGES);
     product.apply(OBJECTS);
     product

@@ -152,6 +152,7 @@ async fn roll_progress_through_a_real_prometheus() {
         of_kind(&chart, "ServiceMonitor"),
         address,
         &product.identity.path("ca.crt"),
+        &product.identity.path("metrics-token"),
     );
     let rules_dir = tempfile::tempdir().unwrap();
     let rules = rules_dir.path().join("rules.yaml");

@@ -11,7 +11,9 @@ use super::impact::{config_ref_image_change, judge_config_ref_switch};
 use super::version::check_floor;
 use super::{Policy, Review, Verdict, clip};
 use crate::acl;
-use crate::api::bounds::{Problem, acl_syntax_problems, cap_problems, cluster_problems};
+use crate::api::bounds::{
+    Problem, acl_expansion_problems, acl_syntax_problems, cap_problems, cluster_problems,
+};
 use crate::api::{RESERVED_PREFIX, ValkeyCluster, ValkeyClusterSpec};
 use crate::fleet::Fleet;
 use crate::resolve::{self, ResolveError};
@@ -58,6 +60,7 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet, policy: &
         );
     }
     check_acl(spec, fleet, &mut verdict);
+    check_acl_expansion(spec, old_spec, fleet, &mut verdict);
     check_config_ref(spec, fleet, &mut verdict);
     if let Some(old) = review.old
         && old.spec.config_ref != spec.config_ref
@@ -125,6 +128,25 @@ fn check_acl(spec: &ValkeyClusterSpec, fleet: &Fleet, verdict: &mut Verdict) {
                     permission.role_ref, user.username
                 )));
             }
+        }
+    }
+}
+
+/// The users' rules, as the roles stand now, stay within the bounds of [`acl::Cost`]; an
+/// update is refused only for what it makes worse.
+fn check_acl_expansion(
+    spec: &ValkeyClusterSpec,
+    old: Option<&ValkeyClusterSpec>,
+    fleet: &Fleet,
+    verdict: &mut Verdict,
+) {
+    let role = |name: &str| fleet.role_cost(name);
+    let known = old
+        .map(|old| acl_expansion_problems(&old.acl, role))
+        .unwrap_or_default();
+    for problem in acl_expansion_problems(&spec.acl, role) {
+        if !known.contains(&problem) {
+            verdict.deny(problem.to_string());
         }
     }
 }

@@ -3,7 +3,7 @@
 //! An Eviction (what `kubectl drain`, a cluster upgrade or the autoscaler send) of the Pod of a
 //! ready Valkey primary with replicas is deferred with `429 Too Many Requests`, the answer every
 //! drain retries, and its ValkeyNode is marked [`HANDOVER_REQUESTED`]. The controller then
-//! hands the shard over to a synced replica with Valkey's clean `CLUSTER FAILOVER` (rule 6 of
+//! hands the shard over to a synced replica with Valkey's clean `CLUSTER FAILOVER` (rule 8 of
 //! `crate::roll::rules`), the Pod becomes a replica, and the drain's next retry goes through
 //! once the PodDisruptionBudget allows it. Everything else (a replica, a Pod that is not ready,
 //! a Pod that is not ours) is left to the budget.
@@ -12,6 +12,18 @@
 //! the Pod is touched, and it can say "not yet" in a way drains already understand. A preStop
 //! hook runs only once the Pod is already being deleted (too late to keep clients off it), and
 //! reacting to a cordon races the eviction that follows it at once.
+//!
+//! Who may ask: a handover is a failover, so the webhook makes sure the Eviction is real
+//! ([`Confirmation`]) before it asks for one. Where the API server presents its client
+//! certificate to webhooks (`serve --webhook-client-ca`), no one else reaches this endpoint at
+//! all. Where it cannot be configured to (managed clusters), anyone who reaches the operator's
+//! port could post a review: a handover is then asked for only when the Pod's Node is being
+//! drained (cordoned, or tainted `NoSchedule`/`NoExecute`: what `kubectl drain`, the cluster
+//! autoscaler and Karpenter all do before they evict), so a forged review of a primary on a
+//! Node nobody drains changes nothing. In both cases the facts come from the API server, never
+//! from the review (which names only the Pod): the Pod's ValkeyNode by owner uid, its role as
+//! the operator recorded it. And handovers of one shard are paced: none is asked for within
+//! [`HANDOVER_INTERVAL`] of another node's of the same shard (the drain is told to retry).
 //!
 //! It fails open: `failurePolicy: Ignore`, an answer that cannot be worked out is "allowed",
 //! and a handover that has not happened [`GIVE_UP_AFTER`] the request lets the eviction
@@ -28,17 +40,17 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use serde_json::json;
 
 use super::http::{MAX_BODY_BYTES, parse_review};
 use crate::api::annotations::HANDOVER_REQUESTED;
-use crate::api::{ValkeyCluster, ValkeyNode, labels};
+use crate::api::{NodeRole, ValkeyCluster, ValkeyNode, labels};
 use crate::metrics::Metrics;
 
 /// The webhook's path, as the ValidatingWebhookConfiguration names it.
@@ -46,6 +58,9 @@ pub const VALIDATE_EVICTIONS: &str = "/validate/evictions";
 
 /// How long a deferred eviction waits for its handover before it is let through anyway.
 pub const GIVE_UP_AFTER: Duration = Duration::from_secs(120);
+
+/// No handover of a shard is asked for within this of another node's of the same shard.
+pub const HANDOVER_INTERVAL: Duration = Duration::from_secs(60);
 
 /// The field manager of the handover annotation.
 const MANAGER: &str = "valkey-operator-eviction";
@@ -55,6 +70,9 @@ const MANAGER: &str = "valkey-operator-eviction";
 pub struct EvictionState {
     pub client: kube::Client,
     pub metrics: Arc<Metrics>,
+    /// Only the API server reaches this endpoint (it presents its client certificate): every
+    /// review is a real Eviction.
+    pub certified_callers: bool,
 }
 
 /// The `/validate/evictions` route.
@@ -76,6 +94,31 @@ pub enum Decision {
         requested_at: Timestamp,
         message: String,
     },
+    /// Answer 429 without asking for anything yet (another handover of the shard is recent).
+    Retry { message: String },
+}
+
+/// Why the webhook believes an Eviction is real.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Confirmation {
+    /// The caller presented the API server's client certificate.
+    CertifiedCaller,
+    /// The Pod's Node is cordoned, or tainted `NoSchedule`/`NoExecute`: it is being drained.
+    NodeDraining,
+    /// Neither: the review may be anyone's.
+    Unconfirmed,
+}
+
+/// What the webhook knows of one Eviction, all of it read from the API server.
+pub struct Facts<'a> {
+    pub pod: &'a Pod,
+    pub cluster: Option<&'a ValkeyCluster>,
+    /// The ValkeyNode of the Pod's name, if one.
+    pub node: Option<&'a ValkeyNode>,
+    /// The other ValkeyNodes of that node's shard.
+    pub shard: &'a [ValkeyNode],
+    pub confirmation: Confirmation,
+    pub now: Timestamp,
 }
 
 fn allow(reason: impl Into<String>) -> Decision {
@@ -84,31 +127,34 @@ fn allow(reason: impl Into<String>) -> Decision {
     }
 }
 
-/// Decides about an Eviction of `pod`, given its cluster and ValkeyNode as stored now. No I/O.
-/// The checks, in order: the Pod is ours; it is a primary; it is ready; its cluster keeps
-/// replicas; no earlier request for it has been waiting longer than [`GIVE_UP_AFTER`].
-pub fn decide(
-    pod: &Pod,
-    cluster: Option<&ValkeyCluster>,
-    node: Option<&ValkeyNode>,
-    now: Timestamp,
-) -> Decision {
-    let pod_labels = pod.labels();
-    if pod_labels.get(labels::MANAGED_BY).map(String::as_str) != Some(labels::MANAGED_BY_VALUE) {
-        return allow("not a Pod of the valkey-operator");
-    }
-    if pod_labels.get(labels::ROLE).map(String::as_str) != Some("primary") {
+/// Decides about an Eviction. No I/O. The checks, in order: the Pod is the one a ValkeyNode
+/// owns; that node is a primary (as the operator recorded it); the Pod is ready; its cluster
+/// keeps replicas; the Eviction is confirmed real; no earlier request for it has been waiting
+/// longer than [`GIVE_UP_AFTER`]; no other node of its shard was asked to hand over within
+/// [`HANDOVER_INTERVAL`].
+pub fn decide(facts: &Facts) -> Decision {
+    let Some(node) = facts.node.filter(|node| owns(node, facts.pod)) else {
+        return allow("not the Pod of a ValkeyNode");
+    };
+    if node.status.as_ref().and_then(|s| s.role) != Some(NodeRole::Primary) {
         return allow("not a primary");
     }
-    if !is_ready(pod) {
+    if !is_ready(facts.pod) {
         return allow("not ready: Valkey fails a dead primary over by itself");
     }
-    let (Some(cluster), Some(node)) = (cluster, node) else {
-        return allow("its ValkeyCluster or ValkeyNode is gone");
+    let Some(cluster) = facts.cluster else {
+        return allow("its ValkeyCluster is gone");
     };
     if cluster.spec.replicas_per_shard < 1 {
         return allow("its shard has no replica to hand over to (the budget decides)");
     }
+    if facts.confirmation == Confirmation::Unconfirmed {
+        return allow(
+            "the eviction cannot be confirmed (no client certificate, and its Node is not being \
+             drained): nothing is handed over; the budget decides",
+        );
+    }
+    let now = facts.now;
     let requested_at = node.handover_requested_at(now).unwrap_or(now);
     let waited = now.duration_since(requested_at);
     if waited > SignedDuration::try_from(GIVE_UP_AFTER).unwrap_or(SignedDuration::MAX) {
@@ -118,17 +164,71 @@ pub fn decide(
         ));
     }
     let name = node.name_any();
+    let shard = node.spec.shard;
+    let interval = SignedDuration::try_from(HANDOVER_INTERVAL).unwrap_or(SignedDuration::MAX);
+    let recent = facts
+        .shard
+        .iter()
+        .filter(|other| other.name_any() != name)
+        .filter_map(|other| other.handover_requested_at(now))
+        .max()
+        .filter(|at| now.duration_since(*at) < interval);
+    if let Some(at) = recent {
+        let wait = interval - now.duration_since(at);
+        return Decision::Retry {
+            message: format!(
+                "another node of shard {shard} of ValkeyCluster {} was asked to hand over {}s ago; \
+                 retry the eviction in {}s",
+                cluster.name_any(),
+                now.duration_since(at).as_secs(),
+                wait.as_secs().max(1)
+            ),
+        };
+    }
     Decision::Defer {
         message: format!(
-            "{name} is the primary of shard {} of ValkeyCluster {}: the valkey-operator is \
+            "{name} is the primary of shard {shard} of ValkeyCluster {}: the valkey-operator is \
              handing the shard over to a replica first (a planned failover); retry the eviction \
              in a few seconds",
-            node.spec.shard,
             cluster.name_any()
         ),
         node: name,
         requested_at,
     }
+}
+
+/// Whether `pod` is the Pod `node` runs: its controller ownerReference names the node's uid.
+fn owns(node: &ValkeyNode, pod: &Pod) -> bool {
+    let Some(uid) = node.metadata.uid.as_deref() else {
+        return false;
+    };
+    pod.owner_references()
+        .iter()
+        .any(|owner| owner.controller == Some(true) && owner.uid == uid)
+}
+
+/// Taints Kubernetes itself puts on a Node for its condition (not ready, unreachable, under
+/// pressure): an unhealthy Node, not one anyone is draining.
+const CONDITION_TAINTS: [&str; 6] = [
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/memory-pressure",
+    "node.kubernetes.io/disk-pressure",
+    "node.kubernetes.io/pid-pressure",
+    "node.kubernetes.io/network-unavailable",
+];
+
+/// Whether a Node is being drained: cordoned, or tainted so that Pods leave or stay away (what
+/// the cluster autoscaler and Karpenter do), other than for its own condition.
+pub fn draining(node: &Node) -> bool {
+    let Some(spec) = node.spec.as_ref() else {
+        return false;
+    };
+    spec.unschedulable == Some(true)
+        || spec.taints.iter().flatten().any(|taint| {
+            matches!(taint.effect.as_str(), "NoSchedule" | "NoExecute")
+                && !CONDITION_TAINTS.contains(&taint.key.as_str())
+        })
 }
 
 fn is_ready(pod: &Pod) -> bool {
@@ -156,7 +256,7 @@ async fn evictions(
             return bad.into_response();
         }
     };
-    let response = answer(&state.client, &request).await;
+    let response = answer(&state, &request).await;
     let result = if response.allowed {
         "allowed"
     } else {
@@ -169,17 +269,15 @@ async fn evictions(
 }
 
 async fn answer(
-    client: &kube::Client,
+    state: &EvictionState,
     request: &AdmissionRequest<DynamicObject>,
 ) -> AdmissionResponse {
     let response = AdmissionResponse::from(request);
     let Some(namespace) = request.namespace.as_deref() else {
         return response;
     };
-    let decision = match look_up(client, namespace, &request.name).await {
-        Ok(Some((pod, cluster, node))) => {
-            decide(&pod, cluster.as_ref(), node.as_ref(), Timestamp::now())
-        }
+    let decision = match look_up(state, namespace, &request.name).await {
+        Ok(Some(known)) => decide(&known.facts(Timestamp::now())),
         Ok(None) => allow("the Pod is gone"),
         Err(error) => {
             tracing::warn!(%namespace, pod = %request.name, %error, "eviction webhook: cannot read the Pod; allowing");
@@ -191,13 +289,17 @@ async fn answer(
             tracing::debug!(%namespace, pod = %request.name, %reason, "eviction allowed");
             response
         }
+        Decision::Retry { message } => {
+            tracing::info!(%namespace, pod = %request.name, %message, "eviction of a primary deferred");
+            too_many_requests(response, message)
+        }
         Decision::Defer {
             node,
             requested_at,
             message,
         } => {
             if !request.dry_run
-                && let Err(error) = mark(client, namespace, &node, requested_at).await
+                && let Err(error) = mark(&state.client, namespace, &node, requested_at).await
             {
                 tracing::warn!(%namespace, %node, %error, "eviction webhook: cannot request the handover; allowing");
                 return response;
@@ -208,28 +310,83 @@ async fn answer(
     }
 }
 
-/// The Pod, its ValkeyCluster and its ValkeyNode; `None` when the Pod does not exist.
+/// What the API server says about an Eviction's Pod.
+struct Known {
+    pod: Pod,
+    node: Option<ValkeyNode>,
+    cluster: Option<ValkeyCluster>,
+    shard: Vec<ValkeyNode>,
+    confirmation: Confirmation,
+}
+
+impl Known {
+    fn facts(&self, now: Timestamp) -> Facts<'_> {
+        Facts {
+            pod: &self.pod,
+            cluster: self.cluster.as_ref(),
+            node: self.node.as_ref(),
+            shard: &self.shard,
+            confirmation: self.confirmation,
+            now,
+        }
+    }
+}
+
+/// The Pod, the ValkeyNode of its name, that node's cluster and shard, and whether the
+/// Eviction is confirmed; `None` when the Pod does not exist. Only a ValkeyNode's facts are
+/// trusted, never the Pod's labels (anyone who may edit the Pod can change them).
 async fn look_up(
-    client: &kube::Client,
+    state: &EvictionState,
     namespace: &str,
     name: &str,
-) -> Result<Option<(Pod, Option<ValkeyCluster>, Option<ValkeyNode>)>, kube::Error> {
+) -> Result<Option<Known>, kube::Error> {
+    let client = &state.client;
     let Some(pod) = Api::<Pod>::namespaced(client.clone(), namespace)
         .get_opt(name)
         .await?
     else {
         return Ok(None);
     };
-    let Some(cluster_name) = pod.labels().get(labels::CLUSTER).cloned() else {
-        return Ok(Some((pod, None, None)));
+    let nodes = Api::<ValkeyNode>::namespaced(client.clone(), namespace);
+    let node = nodes.get_opt(name).await?;
+    let (cluster, shard) = match &node {
+        Some(node) => {
+            let cluster = Api::<ValkeyCluster>::namespaced(client.clone(), namespace)
+                .get_opt(&node.spec.cluster)
+                .await?;
+            let selector = format!("{}={}", labels::CLUSTER, node.spec.cluster);
+            let shard = nodes
+                .list(&ListParams::default().labels(&selector))
+                .await?
+                .items
+                .into_iter()
+                .filter(|n| n.spec.cluster == node.spec.cluster && n.spec.shard == node.spec.shard)
+                .collect();
+            (cluster, shard)
+        }
+        None => (None, Vec::new()),
     };
-    let cluster = Api::<ValkeyCluster>::namespaced(client.clone(), namespace)
-        .get_opt(&cluster_name)
-        .await?;
-    let node = Api::<ValkeyNode>::namespaced(client.clone(), namespace)
-        .get_opt(name)
-        .await?;
-    Ok(Some((pod, cluster, node)))
+    let confirmation = if state.certified_callers {
+        Confirmation::CertifiedCaller
+    } else {
+        let host = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        let host = match host {
+            Some(host) => Api::<Node>::all(client.clone()).get_opt(&host).await?,
+            None => None,
+        };
+        if host.as_ref().is_some_and(draining) {
+            Confirmation::NodeDraining
+        } else {
+            Confirmation::Unconfirmed
+        }
+    };
+    Ok(Some(Known {
+        pod,
+        node,
+        cluster,
+        shard,
+        confirmation,
+    }))
 }
 
 /// Sets the handover annotation on the node (server-side apply: only this field is ours).

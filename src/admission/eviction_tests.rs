@@ -1,29 +1,31 @@
 //! [`decide`] on hand-built Pods, clusters and nodes: each check in its order.
 
-use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{NodeSpec, PodCondition, PodStatus, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::ObjectMeta;
 
 use super::*;
-use crate::api::{ValkeyClusterSpec, ValkeyNodeSpec};
+use crate::api::{ValkeyClusterSpec, ValkeyNodeSpec, ValkeyNodeStatus};
 
 fn now() -> Timestamp {
     "2026-11-30T12:00:00Z".parse().unwrap()
 }
 
-fn pod(role: &str, ready: bool) -> Pod {
+const NODE_UID: &str = "uid-of-orders-0-a1b2c";
+
+/// The Pod of `orders-0-a1b2c`, owned by it.
+fn pod(ready: bool) -> Pod {
     Pod {
         metadata: ObjectMeta {
             name: Some("orders-0-a1b2c".into()),
-            labels: Some(
-                [
-                    (labels::MANAGED_BY, labels::MANAGED_BY_VALUE),
-                    (labels::CLUSTER, "orders"),
-                    (labels::ROLE, role),
-                ]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "valkey.gomomento.com/v1alpha1".into(),
+                kind: "ValkeyNode".into(),
+                name: "orders-0-a1b2c".into(),
+                uid: NODE_UID.into(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]),
             ..Default::default()
         },
         spec: None,
@@ -48,9 +50,9 @@ fn cluster(replicas_per_shard: i32) -> ValkeyCluster {
     ValkeyCluster::new("orders", spec)
 }
 
-fn node(requested: Option<&str>) -> ValkeyNode {
+fn valkey_node(name: &str, role: NodeRole, requested: Option<&str>) -> ValkeyNode {
     let mut node = ValkeyNode::new(
-        "orders-0-a1b2c",
+        name,
         ValkeyNodeSpec {
             cluster: "orders".into(),
             shard: 0,
@@ -59,10 +61,34 @@ fn node(requested: Option<&str>) -> ValkeyNode {
             revision: "abc".into(),
         },
     );
+    node.metadata.uid = Some(format!("uid-of-{name}"));
+    node.status = Some(ValkeyNodeStatus {
+        role: Some(role),
+        ..Default::default()
+    });
     if let Some(at) = requested {
         node.metadata.annotations = Some([(HANDOVER_REQUESTED.to_string(), at.to_string())].into());
     }
     node
+}
+
+fn node(requested: Option<&str>) -> ValkeyNode {
+    valkey_node("orders-0-a1b2c", NodeRole::Primary, requested)
+}
+
+fn facts<'a>(
+    pod: &'a Pod,
+    cluster: Option<&'a ValkeyCluster>,
+    node: Option<&'a ValkeyNode>,
+) -> Facts<'a> {
+    Facts {
+        pod,
+        cluster,
+        node,
+        shard: &[],
+        confirmation: Confirmation::CertifiedCaller,
+        now: now(),
+    }
 }
 
 fn deferred_at(decision: Decision) -> Timestamp {
@@ -85,49 +111,145 @@ fn deferred_at(decision: Decision) -> Timestamp {
 
 #[test]
 fn a_ready_primary_with_replicas_is_deferred_for_a_handover() {
-    let decision = decide(
-        &pod("primary", true),
-        Some(&cluster(1)),
-        Some(&node(None)),
-        now(),
-    );
-    assert_eq!(deferred_at(decision), now());
+    let (p, c, n) = (pod(true), cluster(1), node(None));
+    assert_eq!(deferred_at(decide(&facts(&p, Some(&c), Some(&n)))), now());
 }
 
 #[test]
 fn replicas_dead_primaries_strangers_and_lone_primaries_are_left_to_the_budget() {
     let (c, n) = (cluster(1), node(None));
-    let allowed = |pod: &Pod, c: Option<&ValkeyCluster>, n: Option<&ValkeyNode>| {
-        matches!(decide(pod, c, n, now()), Decision::Allow { .. })
+    let allowed = |f: Facts| matches!(decide(&f), Decision::Allow { .. });
+    let replica = valkey_node("orders-0-a1b2c", NodeRole::Replica, None);
+    assert!(allowed(facts(&pod(true), Some(&c), Some(&replica))));
+    assert!(allowed(facts(&pod(false), Some(&c), Some(&n))));
+    // A Pod its node does not own (another of that name, or none at all): not ours.
+    let mut stranger = pod(true);
+    stranger.metadata.owner_references = None;
+    assert!(allowed(facts(&stranger, Some(&c), Some(&n))));
+    assert!(allowed(facts(&pod(true), Some(&c), None)));
+    assert!(allowed(facts(&pod(true), Some(&cluster(0)), Some(&n))));
+    assert!(allowed(facts(&pod(true), None, Some(&n))));
+}
+
+#[test]
+fn labels_say_nothing_only_the_operators_records_do() {
+    let (c, n) = (cluster(1), node(None));
+    // Labels a tenant could set: a primary's label on a Pod the operator calls a replica.
+    let mut labelled = pod(true);
+    labelled.metadata.labels = Some(
+        [(labels::ROLE.to_string(), "primary".to_string())]
+            .into_iter()
+            .collect(),
+    );
+    let replica = valkey_node("orders-0-a1b2c", NodeRole::Replica, None);
+    assert!(matches!(
+        decide(&facts(&labelled, Some(&c), Some(&replica))),
+        Decision::Allow { .. }
+    ));
+    // And no label at all on a primary's Pod: still the primary.
+    assert_eq!(
+        deferred_at(decide(&facts(&pod(true), Some(&c), Some(&n)))),
+        now()
+    );
+}
+
+#[test]
+fn an_unconfirmed_eviction_asks_for_nothing() {
+    let (p, c, n) = (pod(true), cluster(1), node(None));
+    let unconfirmed = Facts {
+        confirmation: Confirmation::Unconfirmed,
+        ..facts(&p, Some(&c), Some(&n))
     };
-    assert!(allowed(&pod("replica", true), Some(&c), Some(&n)));
-    assert!(allowed(&pod("primary", false), Some(&c), Some(&n)));
-    let mut stranger = pod("primary", true);
-    stranger.metadata.labels = None;
-    assert!(allowed(&stranger, Some(&c), Some(&n)));
-    assert!(allowed(&pod("primary", true), Some(&cluster(0)), Some(&n)));
-    assert!(allowed(&pod("primary", true), None, Some(&n)));
+    assert!(
+        matches!(decide(&unconfirmed), Decision::Allow { reason } if reason.contains("cannot be confirmed"))
+    );
+    let draining = Facts {
+        confirmation: Confirmation::NodeDraining,
+        ..facts(&p, Some(&c), Some(&n))
+    };
+    assert_eq!(deferred_at(decide(&draining)), now());
+}
+
+#[test]
+fn a_node_is_draining_when_cordoned_or_tainted_to_keep_pods_away() {
+    let tainted = |unschedulable: Option<bool>, key: &str, effect: Option<&str>| Node {
+        spec: Some(NodeSpec {
+            unschedulable,
+            taints: effect.map(|effect| {
+                vec![Taint {
+                    key: key.into(),
+                    effect: effect.into(),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let node = |unschedulable, effect| tainted(unschedulable, "karpenter.sh/disrupted", effect);
+    // An unhealthy Node is tainted by Kubernetes itself: that is no drain.
+    assert!(!draining(&tainted(
+        None,
+        "node.kubernetes.io/not-ready",
+        Some("NoSchedule")
+    )));
+    assert!(!draining(&tainted(
+        None,
+        "node.kubernetes.io/unreachable",
+        Some("NoExecute")
+    )));
+    assert!(draining(&node(Some(true), None)));
+    assert!(draining(&node(None, Some("NoSchedule"))));
+    assert!(draining(&node(None, Some("NoExecute"))));
+    assert!(!draining(&node(None, Some("PreferNoSchedule"))));
+    assert!(!draining(&node(Some(false), None)));
+    assert!(!draining(&Node::default()));
+}
+
+#[test]
+fn handovers_of_one_shard_are_paced() {
+    let (p, c, n) = (pod(true), cluster(1), node(None));
+    let other = |at: &str| valkey_node("orders-0-zzzzz", NodeRole::Replica, Some(at));
+    let recent = [other("2026-11-30T11:59:40Z")];
+    let paced = Facts {
+        shard: &recent,
+        ..facts(&p, Some(&c), Some(&n))
+    };
+    match decide(&paced) {
+        Decision::Retry { message } => {
+            assert!(
+                message.contains("20s ago; retry the eviction in 40s"),
+                "{message}"
+            )
+        }
+        other => panic!("expected a retry, got {other:?}"),
+    }
+    let old = [other("2026-11-30T11:58:00Z")];
+    let past = Facts {
+        shard: &old,
+        ..facts(&p, Some(&c), Some(&n))
+    };
+    assert_eq!(deferred_at(decide(&past)), now());
 }
 
 #[test]
 fn a_standing_request_is_kept_until_it_is_given_up_and_a_stale_one_starts_over() {
-    let primary = pod("primary", true);
-    let c = cluster(1);
-    let recent = node(Some("2026-11-30T11:59:30Z"));
+    let (p, c) = (pod(true), cluster(1));
+    let decide_with = |requested: &str| {
+        let n = node(Some(requested));
+        decide(&facts(&p, Some(&c), Some(&n)))
+    };
     assert_eq!(
-        deferred_at(decide(&primary, Some(&c), Some(&recent), now())),
+        deferred_at(decide_with("2026-11-30T11:59:30Z")),
         "2026-11-30T11:59:30Z".parse::<Timestamp>().unwrap()
     );
-    let overdue = node(Some("2026-11-30T11:57:00Z"));
     assert!(matches!(
-        decide(&primary, Some(&c), Some(&overdue), now()),
+        decide_with("2026-11-30T11:57:00Z"),
         Decision::Allow { .. }
     ));
     for stale in ["2026-11-30T11:50:00Z", "not a time"] {
-        let stale = node(Some(stale));
-        assert_eq!(
-            deferred_at(decide(&primary, Some(&c), Some(&stale), now())),
-            now()
-        );
+        assert_eq!(deferred_at(decide_with(stale)), now());
     }
+    // A time ahead of the operator's clock counts as now: never a request that cannot expire.
+    assert_eq!(deferred_at(decide_with("2100-01-01T00:00:00Z")), now());
 }

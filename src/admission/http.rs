@@ -250,7 +250,9 @@ async fn roles(
     State(state): State<AdmissionState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    admit::<ValkeyRole>(&state, body, |review, _| super::validate_role(review))
+    admit::<ValkeyRole>(&state, body, |review, state| {
+        super::validate_role(review, &state.fleet_read())
+    })
 }
 
 async fn nodes(

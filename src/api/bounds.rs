@@ -174,6 +174,26 @@ pub fn acl_syntax_problems(spec: &ValkeyClusterSpec) -> Vec<Problem> {
     problems.0
 }
 
+/// What the bounds on the expanded ACL refuse (see [`acl::Cost`]): a user whose rules expand
+/// past [`acl::MAX_USER_TOKENS`], or users whose rules together would write more than
+/// [`acl::MAX_NODE_BYTES`] on each node. `role` gives what each role costs a permission.
+pub fn acl_expansion_problems(
+    users: &[AclUser],
+    role: impl Fn(&str) -> Option<acl::Cost>,
+) -> Vec<Problem> {
+    let costs: Vec<acl::UserCost> = users.iter().map(acl::UserCost::of).collect();
+    acl::cost_problems(&costs, role)
+        .into_iter()
+        .map(|(index, message)| Problem {
+            field: match index {
+                Some(index) => format!("spec.acl[{index}]"),
+                None => "spec.acl".into(),
+            },
+            message,
+        })
+        .collect()
+}
+
 /// What the limits refuse in a ValkeyConfig: too many settings, or a value too long.
 pub fn config_problems(spec: &ValkeyConfigSpec) -> Vec<Problem> {
     let mut problems = Problems::default();

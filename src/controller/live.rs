@@ -42,14 +42,45 @@ pub fn desired_acl(
     let mut desired = DesiredAcl::none();
     desired.system = Some(system);
     let mut problems = Vec::new();
-    for user in &cluster.spec.acl {
+    let too_large = too_large(&cluster.spec.acl, &fleet);
+    for (index, user) in cluster.spec.acl.iter().enumerate() {
         desired.keep.insert(user.username.clone());
+        if let Some(problem) = too_large.get(&index) {
+            problems.push(AclError::TooLarge {
+                user: user.username.clone(),
+                problem: problem.clone(),
+            });
+            continue;
+        }
         match acl::user_rules(user, |role| fleet.role(role), |s| passwords.get(s)) {
             Ok(rules) => desired.users.push((user.username.clone(), rules)),
             Err(problem) => problems.push(problem),
         }
     }
     (desired, problems)
+}
+
+/// The users (by index) whose rules are not written for being past the bounds of
+/// [`acl::Cost`] (left as they are on the nodes): each user over its own bound, and when all
+/// together would write too much on each node, every one of them.
+fn too_large(users: &[crate::api::AclUser], fleet: &Fleet) -> BTreeMap<usize, String> {
+    let costs: Vec<acl::UserCost> = users.iter().map(acl::UserCost::of).collect();
+    let mut refused = BTreeMap::new();
+    for (index, problem) in acl::cost_problems(&costs, |role| fleet.role_cost(role)) {
+        match index {
+            Some(index) => {
+                refused.insert(index, problem);
+            }
+            None => {
+                for index in 0..users.len() {
+                    refused
+                        .entry(index)
+                        .or_insert_with(|| format!("spec.acl {problem}"));
+                }
+            }
+        }
+    }
+    refused
 }
 
 /// A node's refusal of one of its users.

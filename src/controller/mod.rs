@@ -19,6 +19,7 @@ pub mod context;
 pub mod credentials;
 pub mod error;
 pub mod events;
+pub mod fence;
 pub mod host;
 pub mod leader;
 pub mod live;

@@ -42,7 +42,7 @@ use super::status::{
     ConditionType, PassReport, Reason, acl_applied, degraded, newly_failing, progress,
     set_condition, stall_is_new, stalled_for, stranger_is_new, summarize,
 };
-use super::{act, credentials, live, membership, rollouts, secrets, settled};
+use super::{act, credentials, fence, live, membership, rollouts, secrets, settled};
 use crate::api::annotations::RETRY_FAILOVERS;
 use crate::api::bounds::{Problem, cluster_problems};
 use crate::api::{ValkeyCluster, ValkeyClusterStatus};
@@ -159,6 +159,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         Err(error) => return Err(error),
     };
     reach.credentials = login.credentials.logins();
+    reach.fence = Some(fence::valkey_fence(&ctx.leadership));
     let mut host = KubeHost::new(
         ctx,
         &render,

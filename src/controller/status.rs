@@ -60,6 +60,9 @@ pub enum Reason {
     NodeRefused,
     /// A user's `passwordSecretRef` names a Secret or key that cannot be read.
     SecretUnreadable,
+    /// Users' rules expand past the bounds of `crate::acl::Cost` (those users are left as
+    /// they are).
+    AclTooLarge,
     /// A TLS cluster's Secret (its CA) cannot be read: its nodes are not touched.
     TlsUnavailable,
     /// The cluster's credentials Secret cannot be used: its nodes are not touched.
@@ -98,6 +101,7 @@ impl Reason {
             Reason::InvalidAcl => "InvalidAcl",
             Reason::NodeRefused => "NodeRefused",
             Reason::SecretUnreadable => "SecretUnreadable",
+            Reason::AclTooLarge => "AclTooLarge",
             Reason::TlsUnavailable => "TlsUnavailable",
             Reason::CredentialsUnusable => "CredentialsUnusable",
             Reason::StrangerAtAddress => "StrangerAtAddress",
@@ -211,6 +215,7 @@ pub fn acl_applied(unbuilt: &[AclError], refusals: &[NodeRefusal]) -> Verdict {
             AclError::RoleMissing { .. } => Reason::RoleMissing,
             AclError::Invalid { .. } => Reason::InvalidAcl,
             AclError::SecretUnreadable { .. } => Reason::SecretUnreadable,
+            AclError::TooLarge { .. } => Reason::AclTooLarge,
         };
         let message = format!(
             "not applied (left as they are): {}",

@@ -3,6 +3,7 @@
 //! within the [`limits`] that keep one client from starving the others.
 
 pub mod limits;
+pub mod metrics_access;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -10,13 +11,14 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum_server::Handle;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use hyper_util::rt::TokioTimer;
 use limits::{ConnectionCap, Gate, ServerLimits};
+use metrics_access::{MetricsAccess, Verdict};
 
 use crate::admission::Policy;
 use crate::admission::http::{self as admission_http, AdmissionState};
@@ -36,6 +38,11 @@ pub struct AppState {
     pub policy: Arc<Policy>,
     /// The limits of the guarded routes (see [`limits`]).
     pub limits: ServerLimits,
+    /// Who may read `/metrics` (see [`metrics_access`]).
+    pub metrics_access: MetricsAccess,
+    /// Admission callers must present a client certificate signed by the configured CA (the
+    /// API server's; see [`crate::tls`]): any other caller of a webhook gets `403`.
+    pub certified_callers: bool,
 }
 
 impl AppState {
@@ -60,9 +67,12 @@ pub fn router(state: AppState) -> Router {
 /// and metrics stay outside the gate: a flood must not make the kubelet restart the operator.
 pub fn router_with_health(state: AppState, health: Arc<Health>, guarded: Router) -> Router {
     let gate = Gate::new(state.limits.clone(), state.metrics.clone());
-    let admission = admission_http::router(state.admission())
+    let mut admission = admission_http::router(state.admission())
         .merge(guarded)
         .layer(axum::middleware::from_fn_with_state(gate, limits::gate));
+    if state.certified_callers {
+        admission = admission.layer(axum::middleware::from_fn(certified_only));
+    }
     let health = Router::new()
         .route("/healthz", get(healthz))
         .with_state(health);
@@ -72,6 +82,24 @@ pub fn router_with_health(state: AppState, health: Arc<Health>, guarded: Router)
         .with_state(state)
         .merge(health)
         .merge(admission)
+}
+
+/// Refuses a webhook request whose connection presented no client certificate (one that
+/// presented an unverifiable certificate never got past the TLS handshake).
+async fn certified_only(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let certified = request
+        .extensions()
+        .get::<std::sync::Arc<axum_server::tls::TlsInfo>>()
+        .is_some_and(|tls| !tls.peer_certificates.is_empty());
+    if certified {
+        next.run(request).await
+    } else {
+        let message = "a webhook caller must present the API server's client certificate\n";
+        (StatusCode::FORBIDDEN, message).into_response()
+    }
 }
 
 async fn healthz(State(health): State<Arc<Health>>) -> impl IntoResponse {
@@ -84,10 +112,24 @@ async fn healthz(State(health): State<Arc<Health>>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> axum::response::Response {
+    let verdict = match &state.metrics_access {
+        MetricsAccess::Open => Verdict::Allowed,
+        MetricsAccess::Kubernetes(reviews) => reviews.judge(&headers).await,
+    };
+    if verdict != Verdict::Allowed {
+        let mut refused = (verdict.status(), verdict.message()).into_response();
+        if verdict == Verdict::Unauthenticated {
+            refused.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        return refused;
+    }
     match state.metrics.render() {
-        Ok(text) => (StatusCode::OK, text),
-        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")),
+        Ok(text) => (StatusCode::OK, text).into_response(),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")).into_response(),
     }
 }
 

@@ -61,6 +61,10 @@ pub enum EngineError {
         state: String,
         message: String,
     },
+    /// A command that changes a node, not sent: this process may no longer write (see
+    /// [`Fence`]).
+    #[error("{node}: {command}: not sent: this replica no longer leads")]
+    Fenced { node: String, command: String },
     /// Not the node the operator means answers at its address (see [`identity`]).
     #[error("{node}: a stranger answers there: expected {expected}, found {found}")]
     Stranger {
@@ -104,6 +108,7 @@ impl EngineError {
             EngineError::Deadline { .. } => "deadline",
             EngineError::MigrationFailed { .. } => "migration",
             EngineError::Stranger { .. } => "stranger",
+            EngineError::Fenced { .. } => "fenced",
         }
     }
 
@@ -124,17 +129,65 @@ pub struct Reach {
     pub call_timeout: Duration,
     pub tls: Option<tls::TlsTrust>,
     pub credentials: Vec<Credentials>,
+    /// Checked before every command that changes a node (`None`: never fenced).
+    pub fence: Option<Fence>,
 }
 
 impl Reach {
-    /// Plain TCP as the `default` user (a cluster without `spec.tls`).
+    /// Plain TCP as the `default` user (a cluster without `spec.tls`), never fenced.
     pub fn plain(call_timeout: Duration) -> Self {
         Self {
             call_timeout,
             tls: None,
             credentials: Vec::new(),
+            fence: None,
         }
     }
+}
+
+/// Whether this process may still change a node: asked right before each command that writes
+/// (every command but the reads of [`is_read`]), so a replica that lost its leadership, or was
+/// paused past it, sends none, whatever it read before.
+#[derive(Clone)]
+pub struct Fence(std::sync::Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl Fence {
+    pub fn new(holds: impl Fn() -> bool + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(holds))
+    }
+
+    fn holds(&self) -> bool {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Fence(holds: {})", self.holds())
+    }
+}
+
+/// The commands that change nothing on a node (by their first two words, as [`describe`] gives
+/// them): the only ones sent without asking the [`Fence`].
+fn is_read(command: &str) -> bool {
+    let mut words = command.split(' ');
+    matches!(
+        (words.next(), words.next()),
+        (Some("PING" | "INFO" | "AUTH"), _)
+            | (
+                Some("CLUSTER"),
+                Some(
+                    "INFO"
+                        | "NODES"
+                        | "SHARDS"
+                        | "MYID"
+                        | "GETSLOTMIGRATIONS"
+                        | "GETKEYSINSLOT"
+                        | "COUNTKEYSINSLOT"
+                )
+            )
+            | (Some("ACL"), Some("USERS"))
+    )
 }
 
 /// A Valkey user and its password, sent with `AUTH` (`HELLO`) when connecting. Never printed.
@@ -172,6 +225,7 @@ pub struct NodeClient {
     logged_in: bool,
     /// The node's id, once checked against what was expected ([`NodeClient::open`]).
     id: Option<String>,
+    fence: Option<Fence>,
 }
 
 impl NodeClient {
@@ -221,14 +275,17 @@ impl NodeClient {
             call_timeout,
             logged_in: credentials.is_some(),
             id: None,
+            fence: None,
         })
     }
 
     async fn at_as(addr: &str, reach: &Reach, credentials: Option<&Credentials>) -> Result<Self> {
-        match &reach.tls {
+        let mut client = match &reach.tls {
             None => Self::connect_as(addr, reach.call_timeout, credentials).await,
             Some(trust) => Self::connect_tls(addr, reach.call_timeout, trust, credentials).await,
-        }
+        }?;
+        client.fence = reach.fence.clone();
+        Ok(client)
     }
 
     /// Connect over TLS, checking the node's certificate against `trust`; the whole handshake
@@ -269,6 +326,7 @@ impl NodeClient {
             call_timeout,
             logged_in: credentials.is_some(),
             id: None,
+            fence: None,
         })
     }
 
@@ -284,6 +342,12 @@ impl NodeClient {
 
     async fn call<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T> {
         let command = describe(cmd);
+        if !is_read(&command) && self.fence.as_ref().is_some_and(|f| !f.holds()) {
+            return Err(EngineError::Fenced {
+                node: self.addr.clone(),
+                command,
+            });
+        }
         count_sent(&command);
         let mut conn = self.conn.clone();
         match timeout(self.call_timeout, cmd.query_async::<T>(&mut conn)).await {
@@ -551,4 +615,33 @@ fn describe(cmd: &Cmd) -> String {
         }
     }
     words.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_reads_go_unfenced() {
+        for read in [
+            "PING",
+            "INFO REPLICATION",
+            "CLUSTER NODES",
+            "CLUSTER MYID",
+            "ACL USERS",
+        ] {
+            assert!(is_read(read), "{read}");
+        }
+        for write in [
+            "CLUSTER FAILOVER",
+            "CLUSTER MEET",
+            "CLUSTER SETSLOT",
+            "MIGRATE 127.0.0.2",
+            "ACL SETUSER",
+            "CONFIG SET",
+            "SOMETHING NEW",
+        ] {
+            assert!(!is_read(write), "{write}");
+        }
+    }
 }

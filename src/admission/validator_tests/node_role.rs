@@ -70,7 +70,10 @@ fn nodes_come_from_the_operator_and_roles_name_things_once() {
             commands: vec![],
         },
     );
-    let verdict = validate_role(&review(Operation::Create, "reader", Some(&role), None));
+    let verdict = validate_role(
+        &review(Operation::Create, "reader", Some(&role), None),
+        &Fleet::default(),
+    );
     assert_eq!(verdict.denials.len(), 2, "{}", joined(&verdict));
     assert!(
         verdict.denials[0].contains("spec.categories[0].name: write \"read\" without ACL syntax")

@@ -16,6 +16,7 @@ use valkey_operator::caches::Readiness;
 use valkey_operator::fleet::{ClusterKey, Fleet};
 use valkey_operator::metrics::Metrics;
 use valkey_operator::server::limits::ServerLimits;
+use valkey_operator::server::metrics_access::MetricsAccess;
 use valkey_operator::server::{self, AppState, ListenOptions};
 use valkey_operator::tls::{self, CertificatePaths};
 
@@ -137,6 +138,8 @@ impl TestServer {
             metrics: metrics.clone(),
             policy: Arc::new(policy),
             limits: limits.clone(),
+            metrics_access: MetricsAccess::Open,
+            certified_callers: false,
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -145,6 +148,7 @@ impl TestServer {
             certificate: CertificatePaths {
                 cert: dir.join("tls.crt"),
                 key: dir.join("tls.key"),
+                client_ca: None,
             },
             reload_interval,
             limits,

@@ -49,11 +49,19 @@ pub struct ScrapeTarget {
     pub server_name: String,
     /// The CA file (`tlsConfig.ca`, the chart's `ca.crt`).
     pub ca_file: PathBuf,
+    /// The bearer token sent (`bearerTokenFile`: in a cluster, Prometheus's own token).
+    pub token_file: Option<PathBuf>,
 }
 
 impl ScrapeTarget {
-    /// The first endpoint of a rendered ServiceMonitor, scraped at `address` with `ca_file`.
-    pub fn from_service_monitor(monitor: &Value, address: &str, ca_file: &Path) -> Self {
+    /// The first endpoint of a rendered ServiceMonitor, scraped at `address` with `ca_file`,
+    /// and with `token_file` where the endpoint sends Prometheus's own token.
+    pub fn from_service_monitor(
+        monitor: &Value,
+        address: &str,
+        ca_file: &Path,
+        token_file: &Path,
+    ) -> Self {
         let endpoint = &monitor["spec"]["endpoints"][0];
         let field = |name: &str| {
             endpoint[name]
@@ -74,6 +82,9 @@ impl ScrapeTarget {
                 .unwrap_or_default()
                 .to_owned(),
             ca_file: ca_file.to_owned(),
+            token_file: endpoint["bearerTokenFile"]
+                .is_string()
+                .then(|| token_file.to_owned()),
         }
     }
 }
@@ -90,20 +101,24 @@ pub struct Prometheus {
 impl Prometheus {
     pub async fn start(target: &ScrapeTarget, rule_files: &[&Path]) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        let mut scrape = json!({
+            "job_name": "valkey-operator",
+            "scheme": target.scheme,
+            "metrics_path": target.path,
+            "tls_config": {
+                "ca_file": target.ca_file,
+                "server_name": target.server_name,
+                "insecure_skip_verify": false,
+            },
+            "static_configs": [{"targets": [target.address]}],
+        });
+        if let Some(token) = &target.token_file {
+            scrape["authorization"] = json!({"type": "Bearer", "credentials_file": token});
+        }
         let config = json!({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": rule_files,
-            "scrape_configs": [{
-                "job_name": "valkey-operator",
-                "scheme": target.scheme,
-                "metrics_path": target.path,
-                "tls_config": {
-                    "ca_file": target.ca_file,
-                    "server_name": target.server_name,
-                    "insecure_skip_verify": false,
-                },
-                "static_configs": [{"targets": [target.address]}],
-            }],
+            "scrape_configs": [scrape],
         });
         let config_path = dir.path().join("prometheus.yml");
         std::fs::write(&config_path, serde_yaml::to_string(&config).unwrap()).unwrap();

@@ -1,6 +1,7 @@
 //! The control plane's PKI, made fresh per launch: a CA, the API server's serving
 //! certificate, an admin client certificate (group `system:masters`, so RBAC lets it do
-//! anything) and the service-account signing key.
+//! anything), the service-account signing key, and a CA of its own for the client certificate
+//! the API server presents to webhooks (a webhook that trusts it trusts nothing else).
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +22,9 @@ pub struct Pki {
     pub admin_key: PathBuf,
     pub service_account_key: PathBuf,
     pub service_account_public_key: PathBuf,
+    pub webhook_client_ca: PathBuf,
+    pub webhook_client_cert: PathBuf,
+    pub webhook_client_key: PathBuf,
 }
 
 impl Pki {
@@ -34,6 +38,9 @@ impl Pki {
             admin_key: dir.join("admin.key"),
             service_account_key: dir.join("service-account.key"),
             service_account_public_key: dir.join("service-account.pub"),
+            webhook_client_ca: dir.join("webhook-client-ca.crt"),
+            webhook_client_cert: dir.join("webhook-client.crt"),
+            webhook_client_key: dir.join("webhook-client.key"),
         };
 
         let ca_key = KeyPair::generate()?;
@@ -78,6 +85,32 @@ impl Pki {
         let admin_key = KeyPair::generate()?;
         write(&pki.admin_cert, &admin.signed_by(&admin_key, &ca)?.pem())?;
         write(&pki.admin_key, &admin_key.serialize_pem())?;
+
+        let webhook_ca_key = KeyPair::generate()?;
+        let mut webhook_ca = CertificateParams::new(Vec::<String>::new())?;
+        webhook_ca
+            .distinguished_name
+            .push(DnType::CommonName, "testenv-webhook-client-ca");
+        webhook_ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        webhook_ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        write(
+            &pki.webhook_client_ca,
+            &webhook_ca.self_signed(&webhook_ca_key)?.pem(),
+        )?;
+        let webhook_issuer = Issuer::new(webhook_ca, webhook_ca_key);
+        let mut webhook_client = CertificateParams::new(Vec::<String>::new())?;
+        webhook_client
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver-webhook-client");
+        webhook_client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let webhook_client_key = KeyPair::generate()?;
+        write(
+            &pki.webhook_client_cert,
+            &webhook_client
+                .signed_by(&webhook_client_key, &webhook_issuer)?
+                .pem(),
+        )?;
+        write(&pki.webhook_client_key, &webhook_client_key.serialize_pem())?;
 
         let service_account_key = KeyPair::generate()?;
         write(

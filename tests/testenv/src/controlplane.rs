@@ -125,6 +125,51 @@ impl ControlPlane {
         }
     }
 
+    /// The CA of the client certificate the API server presents to every webhook it calls
+    /// (what `valkey-operator serve --webhook-client-ca` is given).
+    pub fn webhook_client_ca(&self) -> PathBuf {
+        self.data_dir().join("webhook-client-ca.crt")
+    }
+
+    /// An AdmissionConfiguration that makes the API server present its webhook client
+    /// certificate to every webhook (a kubeconfig user named `*`), as a cluster operator
+    /// configures it with `--admission-control-config-file`.
+    fn admission_flags(&self, pki: &Pki) -> Result<Vec<String>, Error> {
+        let kubeconfig = self.data_dir().join("webhook-client.kubeconfig");
+        let users = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "users": [{"name": "*", "user": {
+                "client-certificate": pki.webhook_client_cert,
+                "client-key": pki.webhook_client_key,
+            }}],
+        });
+        let yaml = serde_yaml::to_string(&users)
+            .map_err(|e| Error::Encoding(format!("the webhook client kubeconfig: {e}")))?;
+        std::fs::write(&kubeconfig, yaml)
+            .map_err(Error::io(format!("writing {}", kubeconfig.display())))?;
+        let webhook = |plugin: &str| {
+            serde_json::json!({"name": plugin, "configuration": {
+                "apiVersion": "apiserver.config.k8s.io/v1",
+                "kind": "WebhookAdmissionConfiguration",
+                "kubeConfigFile": kubeconfig,
+            }})
+        };
+        let config = serde_json::json!({
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "AdmissionConfiguration",
+            "plugins": [webhook("ValidatingAdmissionWebhook"), webhook("MutatingAdmissionWebhook")],
+        });
+        let path = self.data_dir().join("admission.yaml");
+        let yaml = serde_yaml::to_string(&config)
+            .map_err(|e| Error::Encoding(format!("the admission configuration: {e}")))?;
+        std::fs::write(&path, yaml).map_err(Error::io(format!("writing {}", path.display())))?;
+        Ok(vec![format!(
+            "--admission-control-config-file={}",
+            path.display()
+        )])
+    }
+
     /// Stops every process, in reverse start order: controllers, the API server, then etcd.
     fn stop(&mut self) {
         while let Some(process) = self.processes.pop() {
@@ -229,10 +274,12 @@ impl ControlPlane {
     fn spawn_apiserver(&mut self, pki: &Pki, etcd_url: &str, port: u16) -> Result<(), Error> {
         let cert_dir = self.data_dir().join("apiserver");
         let audit = self.audit_flags()?;
+        let admission = self.admission_flags(pki)?;
         self.spawn(
             "kube-apiserver",
             [
                 audit,
+                admission,
                 vec![
                     format!("--etcd-servers={etcd_url}"),
                     "--bind-address=127.0.0.1".into(),

@@ -234,6 +234,11 @@ impl ChartIdentity {
             serde_yaml::to_string(&kubeconfig).unwrap(),
         )
         .unwrap();
+        std::fs::write(
+            dir.path().join("metrics-token"),
+            metrics_reader_token(plane),
+        )
+        .unwrap();
         Self { dir }
     }
 
@@ -263,6 +268,27 @@ impl ChartIdentity {
     }
 }
 
+/// A token of a ServiceAccount bound to the chart's ClusterRole `<release>-metrics-reader`, as
+/// a Prometheus would be (the operator serves /metrics to such callers only).
+fn metrics_reader_token(plane: &ControlPlane) -> String {
+    let reader = format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: metrics-reader, namespace: {NAMESPACE}}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: metrics-reader}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {RELEASE}-metrics-reader}}\n\
+         subjects: [{{kind: ServiceAccount, name: metrics-reader, namespace: {NAMESPACE}}}]\n"
+    );
+    must(plane, &["apply", "-f", "-"], Some(&reader));
+    let args = [
+        "create",
+        "token",
+        "metrics-reader",
+        "-n",
+        NAMESPACE,
+        "--duration=1h",
+    ];
+    must(plane, &args, None).trim().to_string()
+}
+
 /// The operator binary as a local process; killed when dropped, also when the test panics.
 pub struct Operator {
     child: Child,
@@ -273,6 +299,8 @@ pub struct Operator {
     /// Everything after the program name, so [`Operator::restart`] starts the same process.
     args: Vec<std::ffi::OsString>,
     kubeconfig: PathBuf,
+    /// The bearer token /metrics is read with, if the identity has one.
+    metrics_token: Option<String>,
 }
 
 impl Operator {
@@ -320,6 +348,7 @@ impl Operator {
             client: client_trusting(&identity.path("ca.crt")),
             args,
             kubeconfig,
+            metrics_token: std::fs::read_to_string(identity.path("metrics-token")).ok(),
         }
     }
 
@@ -367,14 +396,11 @@ impl Operator {
     /// The operator's `/metrics` text.
     pub async fn metrics(&self) -> String {
         let url = format!("{}/metrics", self.url);
-        self.client
-            .get(url)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        let mut request = self.client.get(url);
+        if let Some(token) = &self.metrics_token {
+            request = request.bearer_auth(token.trim());
+        }
+        request.send().await.unwrap().text().await.unwrap()
     }
 
     /// `/readyz`'s status and body; `None` while nothing answers.

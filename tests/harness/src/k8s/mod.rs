@@ -14,7 +14,8 @@ pub mod product;
 pub use chart::{ChartIdentity, Helm, Operator};
 pub use local::LocalOperator;
 pub use product::{
-    ClusterWatch, IMAGES, Product, WatchReport, condition, condition_field, converged,
+    ClusterWatch, IMAGES, Product, ProductOptions, WatchReport, condition, condition_field,
+    converged,
 };
 
 /// The last `lines` lines of `text` (of a log, for a failure message).

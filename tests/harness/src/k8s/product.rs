@@ -38,6 +38,30 @@ metadata: {name: valkey-9-1-2}
 spec: {repository: valkey/valkey, tag: "9.1.2", version: "9.1.2"}
 "#;
 
+/// How [`Product::start_with`] starts everything.
+pub struct ProductOptions<'a> {
+    /// Applied while the chart's webhooks cannot answer yet (objects that predate the operator).
+    pub before_webhooks: Option<&'a str>,
+    /// More flags for `serve`.
+    pub operator_flags: &'a [&'a str],
+    /// How the test kubelet behaves (reusing addresses at once, reporting exits late).
+    pub kubelet: KubeletOptions,
+    /// The operator requires the API server's webhook client certificate (`serve
+    /// --webhook-client-ca`), as where the API server can be configured to present one.
+    pub certified_webhooks: bool,
+}
+
+impl Default for ProductOptions<'_> {
+    fn default() -> Self {
+        Self {
+            before_webhooks: None,
+            operator_flags: &[],
+            kubelet: KubeletOptions::default(),
+            certified_webhooks: true,
+        }
+    }
+}
+
 /// The operator, its control plane and a kubelet, all stopped when dropped.
 pub struct Product {
     // Dropped first: the kubelet stops its valkey-server processes before the API server goes.
@@ -52,24 +76,36 @@ impl Product {
     /// Starts everything; `before_webhooks` is applied while the chart's webhooks cannot answer
     /// yet (objects that predate the operator), `operator_flags` go to `serve`.
     pub async fn start(before_webhooks: Option<&str>, operator_flags: &[&str]) -> Self {
-        Self::start_with(before_webhooks, operator_flags, KubeletOptions::default()).await
+        Self::start_with(ProductOptions {
+            before_webhooks,
+            operator_flags,
+            ..Default::default()
+        })
+        .await
     }
 
-    /// [`Self::start`] with a kubelet that behaves as `kubelet` says (reusing addresses at
-    /// once, reporting exits late).
-    pub async fn start_with(
-        before_webhooks: Option<&str>,
-        operator_flags: &[&str],
-        kubelet: KubeletOptions,
-    ) -> Self {
+    /// [`Self::start`] with every option.
+    pub async fn start_with(options: ProductOptions<'_>) -> Self {
+        let ProductOptions {
+            before_webhooks,
+            operator_flags,
+            kubelet,
+            certified_webhooks,
+        } = options;
         let (plane, helm) = control_plane_with_crds().await;
         if let Some(objects) = before_webhooks {
             must(&plane, &["apply", "-f", "-"], Some(objects));
         }
         install(&helm, &[]);
         let identity = ChartIdentity::from_release(&plane);
-        let mut operator =
-            Operator::start_with(&identity, "operator.log", NAMESPACE, operator_flags);
+        // The API server presents its webhook client certificate; the operator requires it.
+        let client_ca = plane.webhook_client_ca();
+        let mut flags = Vec::new();
+        if certified_webhooks {
+            flags.extend(["--webhook-client-ca", client_ca.to_str().unwrap()]);
+        }
+        flags.extend_from_slice(operator_flags);
+        let mut operator = Operator::start_with(&identity, "operator.log", NAMESPACE, &flags);
         operator.wait_ready(Duration::from_secs(60)).await;
         repoint_webhooks(&plane, &operator.url);
         let kubelet = TestKubelet::start(plane.client().await.unwrap(), kubelet)
