@@ -144,8 +144,15 @@ pub enum Rule {
 /// grants `FLUSHALL`.)
 pub const ALWAYS_DENIED: [&str; 4] = ["-@admin", "-flushall", "-flushdb", "-swapdb"];
 
+/// Taken from every selector that may not read every key: the commands that list key names
+/// whatever the key patterns (Valkey checks patterns against the keys a command names, and
+/// these name none), so a user limited to `orders:*` would read every other user's key names.
+/// A selector that reads `*` keeps them (`SCAN` is how tools walk a keyspace).
+pub const LIST_KEY_NAMES: [&str; 4] = ["-keys", "-scan", "-randomkey", "-cluster|getkeysinslot"];
+
 /// `(%R~pattern … +@category … -command … -@admin …)`: categories first, so a single command
-/// can be carved out of (or added to) a category, then [`ALWAYS_DENIED`].
+/// can be carved out of (or added to) a category, then [`ALWAYS_DENIED`] and, unless it reads
+/// every key, [`LIST_KEY_NAMES`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Selector {
     keys: Vec<(KeyAccess, String)>,
@@ -187,7 +194,16 @@ impl fmt::Display for Selector {
             .commands
             .iter()
             .map(|(access, name)| format!("{}{name}", sign(*access)));
-        let denied = ALWAYS_DENIED.iter().map(ToString::to_string);
+        let reads_every_key = self
+            .keys
+            .iter()
+            .any(|(access, pattern)| pattern == "*" && *access != KeyAccess::Write);
+        let listing: &[&str] = if reads_every_key {
+            &[]
+        } else {
+            &LIST_KEY_NAMES
+        };
+        let denied = ALWAYS_DENIED.iter().chain(listing).map(ToString::to_string);
         let parts: Vec<String> = keys
             .chain(categories)
             .chain(commands)
@@ -347,7 +363,11 @@ pub struct UserCost {
 impl UserCost {
     pub fn of(user: &AclUser) -> Self {
         let hashes = user.password_hashes.len() + usize::from(user.password_secret_ref.is_some());
-        let denied: Cost = ALWAYS_DENIED.iter().map(|d| token(d.len())).sum();
+        let denied: Cost = ALWAYS_DENIED
+            .iter()
+            .chain(&LIST_KEY_NAMES)
+            .map(|d| token(d.len()))
+            .sum();
         let own = token(user.username.len())
             + token("reset".len())
             + token("on".len())
@@ -479,9 +499,32 @@ mod tests {
                 "reset".to_string(),
                 "on".into(),
                 format!("#{}", "ab".repeat(32)),
-                "(%R~orders:* ~cache:* +@read -keys -@admin -flushall -flushdb -swapdb)".into(),
+                "(%R~orders:* ~cache:* +@read -keys -@admin -flushall -flushdb -swapdb -keys -scan -randomkey -cluster|getkeysinslot)".into(),
             ]
         );
+    }
+
+    #[test]
+    fn only_a_selector_that_reads_every_key_may_list_key_names() {
+        let role = reader();
+        let build = |patterns: &[&str]| {
+            let user = user_with_patterns("reader", patterns);
+            arguments(&user_rules(&user, |_| Some(&role), no_secret).unwrap())
+        };
+        let limited = build(&["orders:*"]);
+        assert!(
+            limited[3].ends_with("-keys -scan -randomkey -cluster|getkeysinslot)"),
+            "{limited:?}"
+        );
+        let everything = build(&["*"]);
+        assert!(!everything[3].contains("-scan"), "{everything:?}");
+        // Writing every key is not reading them.
+        let write_only = {
+            let mut user = user_with_patterns("reader", &["*"]);
+            user.permissions[0].keys[0].access = KeyAccess::Write;
+            arguments(&user_rules(&user, |_| Some(&role), no_secret).unwrap())
+        };
+        assert!(write_only[3].contains("-scan"), "{write_only:?}");
     }
 
     #[test]

@@ -153,10 +153,7 @@ impl Indexed for ValkeyCluster {
         let key = cluster_key(self);
         fleet.upsert_cluster(key.clone(), &self.spec.config_ref);
         let wave = self.annotations().get(crate::rollout::WAVE_ANNOTATION);
-        fleet.set_cluster_wave(
-            &key,
-            crate::rollout::Wave::from_annotation(wave.map(String::as_str)),
-        );
+        fleet.set_cluster_wave_annotation(&key, wave.map(String::as_str));
         let roles: BTreeSet<String> = self
             .spec
             .acl

@@ -49,8 +49,9 @@ pub struct Fleet {
     clusters_by_secret: HashMap<ClusterKey, BTreeSet<ClusterKey>>,
     /// Configs whose rollouts a person paused ([`crate::rollout::PAUSE_ANNOTATION`]).
     paused_configs: BTreeSet<String>,
-    /// Each cluster's rollout wave ([`crate::rollout::WAVE_ANNOTATION`]), for admission's words.
-    cluster_waves: HashMap<ClusterKey, crate::rollout::Wave>,
+    /// Each cluster's `rollout-wave` annotation ([`crate::rollout::WAVE_ANNOTATION`]), for
+    /// admission's words.
+    cluster_waves: HashMap<ClusterKey, String>,
     /// What each cluster's ACL users cost apart from their roles (see [`crate::acl::Cost`]):
     /// admission of a role change reckons what it makes of every cluster granting it.
     cluster_acl_costs: HashMap<ClusterKey, Vec<crate::acl::UserCost>>,
@@ -137,16 +138,16 @@ impl Fleet {
         self.cluster_config.insert(key, config_ref.to_string());
     }
 
-    pub fn set_cluster_wave(&mut self, key: &ClusterKey, wave: crate::rollout::Wave) {
-        self.cluster_waves.insert(key.clone(), wave);
+    /// The `rollout-wave` annotation its owner put on a cluster, if any.
+    pub fn set_cluster_wave_annotation(&mut self, key: &ClusterKey, value: Option<&str>) {
+        match value {
+            Some(value) => self.cluster_waves.insert(key.clone(), value.to_owned()),
+            None => self.cluster_waves.remove(key),
+        };
     }
 
-    /// A cluster's rollout wave (the last wave if it has none, or is unknown).
-    pub fn cluster_wave(&self, key: &ClusterKey) -> crate::rollout::Wave {
-        self.cluster_waves
-            .get(key)
-            .copied()
-            .unwrap_or(crate::rollout::Wave::Last)
+    pub fn cluster_wave_annotation(&self, key: &ClusterKey) -> Option<&str> {
+        self.cluster_waves.get(key).map(String::as_str)
     }
 
     pub fn remove_cluster(&mut self, key: &ClusterKey) {

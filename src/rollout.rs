@@ -15,20 +15,27 @@
 //! 4. in a leader's first [`LEARNING`], a cluster whose group has members this leader has not
 //!    seen yet waits for their first pass (until then it cannot count them; after it, a member
 //!    that never reaches the gate, say one whose config does not resolve, holds nobody up);
-//! 5. a cluster whose group has a member stalled on the same target waits until nobody is
-//!    (halt on stall: a bad image reaches one wave at most);
+//! 5. a cluster whose group has a member stalled on the change (same target) waits until
+//!    nobody is (halt on stall: a bad image reaches one wave at most);
 //! 6. a cluster whose group has a member of an earlier wave not yet up to date on the same
-//!    target waits for it;
+//!    target (and not stuck for a cause of its own) waits for it;
 //! 7. a cluster whose group already has `maxConcurrent` members rolling on the same target
 //!    waits for one to finish;
 //! 8. otherwise it starts.
 //!
-//! Waves come from the annotation [`WAVE_ANNOTATION`] on the cluster (an integer, canaries
-//! lowest); a cluster without it is in the last wave, after every numbered one.
+//! Waves are the platform's ([`wave_of`]): the policy's `waves` name their clusters; the
+//! annotation [`WAVE_ANNOTATION`] a cluster's owner may put on it counts only where the policy
+//! allows it (after the policy's waves); every other cluster is in the last wave.
+//!
+//! Only a stall of the change itself halts a group ([`Progress::Stalled`]): its new nodes never
+//! come up, or a failover onto one never takes effect. A cluster stalled for a cause of its own
+//! (its nodes refuse the operator's login, a dead primary, its Pods refused by a quota) is
+//! [`Progress::Stuck`]: counted, shown, but it halts nobody and holds no place under the cap.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::api::RolloutPolicy;
 use crate::fleet::ClusterKey;
 
 /// On a ValkeyConfig, `"true"` pauses every rollout through it: no cluster resolving through it
@@ -54,6 +61,25 @@ impl Wave {
     }
 }
 
+/// A cluster's wave in its group: the first of the `policy`'s waves naming it; else, where the
+/// policy allows it, its owner's `annotation` (numbered after the policy's waves); else the last.
+pub fn wave_of(key: &ClusterKey, policy: &RolloutPolicy, annotation: Option<&str>) -> Wave {
+    if let Some(index) = policy
+        .waves
+        .iter()
+        .position(|wave| wave.names(&key.namespace, &key.name))
+    {
+        return Wave::Numbered(u32::try_from(index).unwrap_or(u32::MAX));
+    }
+    match Wave::from_annotation(annotation) {
+        Wave::Numbered(number) if policy.allow_wave_annotation => {
+            let after = u32::try_from(policy.waves.len()).unwrap_or(u32::MAX);
+            Wave::Numbered(after.saturating_add(number))
+        }
+        _ => Wave::Last,
+    }
+}
+
 impl fmt::Display for Wave {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -72,8 +98,11 @@ pub enum Progress {
     Rolling,
     /// Outdated and not started: the gate keeps it waiting.
     Queued,
-    /// The planner stalled.
+    /// The planner stalled on the change itself (see the module): the group halts.
     Stalled,
+    /// The planner stalled for a cause of the cluster's own: it halts nobody and holds no
+    /// place under the cap.
+    Stuck,
 }
 
 /// One cluster as the gate and the config status see it.
@@ -231,9 +260,10 @@ pub fn gate(asking: &Asking, fleet: &BTreeMap<ClusterKey, Standing>) -> Verdict 
             stalled: (*stalled).clone(),
         });
     }
+    // A cluster stuck for its own cause holds no later wave back.
     let earlier = group
         .iter()
-        .filter(|(_, other)| other.wave < standing.wave)
+        .filter(|(_, other)| other.wave < standing.wave && other.progress != Progress::Stuck)
         .find(|(_, other)| other.progress != Progress::UpToDate || other.target != standing.target);
     if let Some((behind, other)) = earlier {
         return Verdict::Wait(WaitFor::EarlierWave {
@@ -260,7 +290,10 @@ pub struct Tally {
     pub up_to_date: u32,
     pub rolling: u32,
     pub queued: u32,
+    /// Stalled, for any cause.
     pub stalled: u32,
+    /// Of those, stalled on the change itself: the rollout halts.
+    pub halting: u32,
 }
 
 impl Tally {
@@ -270,15 +303,18 @@ impl Tally {
             Progress::UpToDate => &mut self.up_to_date,
             Progress::Rolling => &mut self.rolling,
             Progress::Queued => &mut self.queued,
-            Progress::Stalled => &mut self.stalled,
+            Progress::Stalled | Progress::Stuck => &mut self.stalled,
         };
         *bucket += 1;
+        if progress == Progress::Stalled {
+            self.halting += 1;
+        }
     }
 
     /// One word for the printer column.
     pub fn phase(&self, paused: bool) -> &'static str {
         match () {
-            _ if self.stalled > 0 => "Halted",
+            _ if self.halting > 0 => "Halted",
             _ if paused && self.up_to_date < self.clusters => "Paused",
             _ if self.up_to_date < self.clusters => "Rolling",
             _ => "Complete",

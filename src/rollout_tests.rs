@@ -210,6 +210,7 @@ fn tallies_count_each_cluster_for_every_config_of_its_chain_and_its_image() {
         rolling: 1,
         queued: 0,
         stalled: 1,
+        halting: 1,
     };
     assert_eq!(configs.get("base"), Some(&expected));
     assert_eq!(configs.get("child"), Some(&expected));
@@ -221,4 +222,81 @@ fn tallies_count_each_cluster_for_every_config_of_its_chain_and_its_image() {
         ..Tally::default()
     };
     assert_eq!(done.phase(true), "Complete");
+    // Stuck for a cause of its own: counted, but nobody is halted.
+    let stuck = self::fleet(&[
+        ("a", Wave::Last, Progress::UpToDate),
+        ("c", Wave::Last, Progress::Stuck),
+    ]);
+    let (configs, _) = tallies(&stuck);
+    let tally = configs["base"];
+    assert_eq!((tally.stalled, tally.halting), (1, 0));
+    assert_eq!(tally.phase(false), "Rolling");
+}
+
+#[test]
+fn waves_are_the_policys_and_an_owners_annotation_counts_only_where_it_allows() {
+    use crate::api::{RolloutPolicy, RolloutWave};
+    let wave = |clusters: &[&str]| RolloutWave {
+        clusters: clusters.iter().map(|c| c.to_string()).collect(),
+    };
+    let mut policy = RolloutPolicy {
+        max_concurrent: Some(2),
+        waves: vec![wave(&["payments/canary"]), wave(&["search/*"])],
+        allow_wave_annotation: false,
+    };
+    let at = |namespace: &str, name: &str| ClusterKey::new(namespace, name);
+    assert_eq!(
+        wave_of(&at("payments", "canary"), &policy, None),
+        Wave::Numbered(0)
+    );
+    assert_eq!(
+        wave_of(&at("search", "any"), &policy, None),
+        Wave::Numbered(1)
+    );
+    assert_eq!(
+        wave_of(&at("payments", "orders"), &policy, None),
+        Wave::Last
+    );
+    // An owner asking for wave 0: not allowed, the last wave.
+    let intruder = at("payments", "intruder");
+    assert_eq!(wave_of(&intruder, &policy, Some("0")), Wave::Last);
+    // Allowed: after the policy's own waves, never before them.
+    policy.allow_wave_annotation = true;
+    assert_eq!(wave_of(&intruder, &policy, Some("0")), Wave::Numbered(2));
+    assert_eq!(wave_of(&intruder, &policy, Some("x")), Wave::Last);
+    // The policy's word wins over the annotation.
+    assert_eq!(
+        wave_of(&at("search", "a"), &policy, Some("0")),
+        Wave::Numbered(1)
+    );
+}
+
+#[test]
+fn a_cluster_stuck_for_its_own_cause_holds_no_later_wave_and_halts_nobody() {
+    let mut fleet = fleet(&[
+        ("canary", Wave::Numbered(0), Progress::Stuck),
+        ("other", Wave::Last, Progress::Queued),
+    ]);
+    let key = key("other");
+    let standing = fleet.remove(&key).unwrap();
+    let members: Vec<ClusterKey> = fleet.keys().cloned().chain([key.clone()]).collect();
+    let asking = Asking {
+        key: &key,
+        standing: &standing,
+        policy: Some(Policy {
+            max_concurrent: Some(1),
+        }),
+        paused: false,
+        started: false,
+        mid_shard: false,
+        members: &members,
+        learning: false,
+    };
+    assert_eq!(gate(&asking, &fleet), Verdict::Go);
+    let canary = self::key("canary");
+    fleet.get_mut(&canary).unwrap().progress = Progress::Stalled;
+    assert!(matches!(
+        gate(&asking, &fleet),
+        Verdict::Wait(WaitFor::Halted { .. })
+    ));
 }

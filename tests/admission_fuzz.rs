@@ -1332,8 +1332,10 @@ fn config_spec_strategy() -> impl Strategy<Value = ValkeyConfigSpec> {
                 base_ref,
                 resources,
                 valkey,
-                rollout: rollout
-                    .map(|max_concurrent| valkey_operator::api::RolloutPolicy { max_concurrent }),
+                rollout: rollout.map(|max_concurrent| valkey_operator::api::RolloutPolicy {
+                    max_concurrent,
+                    ..Default::default()
+                }),
             },
         )
 }

@@ -1,7 +1,8 @@
 //! ACL users end to end: a ValkeyCluster's `spec.acl` and the ValkeyRoles it names are applied
 //! live on every node (no node replaced, no failover), a role change reaches every cluster
-//! granting it, and a user removed from the spec is deleted. Checked on each real valkey-server
-//! with `AUTH` and `ACL DRYRUN`.
+//! granting it, and a user removed from the spec is deleted; a user limited to some key
+//! patterns cannot list other keys' names (`SCAN`, `KEYS`, `RANDOMKEY`). Checked on each real
+//! valkey-server with `AUTH` and `ACL DRYRUN`.
 
 // Test code reports failures by panicking; the house rules against it are for the product.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -107,6 +108,16 @@ async fn acl_users_and_roles_apply_live_on_every_node() {
 
     // Read on acct:* only; every node, replicas included, knows the user.
     wait_for_permissions(&product, "the user as created", (true, false, false)).await;
+    // Key names stay within the patterns: `@read` grants SCAN and RANDOMKEY, which list every
+    // key's name whatever the patterns; a user limited to acct:* gets neither.
+    for address in pods.values() {
+        for command in [&["SCAN", "0"][..], &["RANDOMKEY"], &["KEYS", "*"]] {
+            assert!(
+                !may_run(address, command).await,
+                "{address}: app may run {command:?}"
+            );
+        }
+    }
     for address in pods.values() {
         let mut connection = connect(address).await;
         let authed: String = redis::cmd("AUTH")

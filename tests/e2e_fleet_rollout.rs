@@ -1,11 +1,16 @@
 //! A fleet rollout a platform team steers, end to end: six one-node clusters on one config
-//! with `spec.rollout: {maxConcurrent: 2}`, a canary in wave 0, two clusters in wave 1 and three
-//! in the last wave. A server-side dry run of the change says how it will be paced. A change
-//! onto an image the test kubelet cannot run stalls the canary and halts the rest (a `Halted`
-//! condition, an event and the status on the config); fixing the image resumes it; a pause by
-//! annotation in the middle starts nobody new until it is lifted. Sampled from the ValkeyNodes throughout: never
-//! more than two clusters rolling, and each wave starting only once the one before completed.
-//! `kubectl get valkeyconfigs` shows the fleet columns.
+//! with `spec.rollout: {maxConcurrent: 2, waves: [...]}`: the policy puts a canary in wave 0,
+//! two clusters in wave 1, and the three others (one of whose owners annotated it wave 0,
+//! which the policy does not allow) in the last wave. A server-side dry run of the change says
+//! how it will be paced. A change onto an image the test kubelet cannot run stalls the canary
+//! and halts the rest (a `Halted` condition, an event and the status on the config); fixing the
+//! image resumes it; a pause by annotation in the middle starts nobody new until it is lifted.
+//! Sampled from the ValkeyNodes throughout: never more than two clusters rolling, and each wave
+//! starting only once the one before completed. `kubectl get valkeyconfigs` shows the fleet
+//! columns.
+//!
+//! And a tenant cannot hold a rollout back: a cluster whose owner annotated it wave 0 and broke
+//! it (overwrote the operator's password in its own Secret) neither leads nor halts the others.
 
 // Test code reports failures by panicking; the house rules against it are for the product.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -19,13 +24,14 @@ use serde_json::Value;
 use valkey_operator::rollout::PAUSE_ANNOTATION;
 
 const NAMESPACE: &str = "fleet";
+/// The clusters, and the wave their owner's annotation asks for (the policy ignores it).
 const CLUSTERS: [(&str, Option<u32>); 6] = [
-    ("canary", Some(0)),
-    ("early-a", Some(1)),
-    ("early-b", Some(1)),
+    ("canary", None),
+    ("early-a", None),
+    ("early-b", None),
     ("late-a", None),
     ("late-b", None),
-    ("late-c", None),
+    ("late-c", Some(0)),
 ];
 
 fn fleet_yaml() -> String {
@@ -43,7 +49,14 @@ spec: {repository: valkey/valkey, tag: "9.2.0", version: "9.2.0"}
 apiVersion: valkey.gomomento.com/v1alpha1
 kind: ValkeyConfig
 metadata: {name: fleet-base}
-spec: {imageRef: valkey-9-0-0, valkey: {save: ""}, rollout: {maxConcurrent: 2}}
+spec:
+  imageRef: valkey-9-0-0
+  valkey: {save: ""}
+  rollout:
+    maxConcurrent: 2
+    waves:
+    - clusters: [fleet/canary]
+    - clusters: [fleet/early-a, fleet/early-b]
 "#,
     );
     for (name, wave) in CLUSTERS {
@@ -356,4 +369,128 @@ async fn a_capped_rollout_in_waves_halts_on_a_stall_resumes_when_fixed_and_pause
     }
     println!("{}", product.kubectl(&["get", "valkeyconfigs"]));
     println!("{events}");
+}
+
+const TENANTS: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: fleet}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata: {name: fleet-base}
+spec:
+  imageRef: valkey-9-0-0
+  valkey: {save: ""}
+  rollout:
+    maxConcurrent: 1
+    waves:
+    - clusters: [fleet/first]
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {name: first, namespace: fleet}
+spec: {configRef: fleet-base, shards: 1, replicasPerShard: 0}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {name: second, namespace: fleet}
+spec: {configRef: fleet-base, shards: 1, replicasPerShard: 0}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata:
+  name: intruder
+  namespace: fleet
+  annotations: {valkey.gomomento.com/rollout-wave: "0"}
+spec: {configRef: fleet-base, shards: 1, replicasPerShard: 0}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_broken_cluster_neither_leads_nor_halts_the_rollout() {
+    let product = Product::start(None, &[]).await;
+    product.apply(IMAGES);
+    product.apply(TENANTS);
+    let all = [
+        (NAMESPACE, "first"),
+        (NAMESPACE, "second"),
+        (NAMESPACE, "intruder"),
+    ];
+    product
+        .wait_converged(&all, "9.0.0", Duration::from_secs(300))
+        .await;
+    // The intruder's owner breaks it: the operator's password in its own Secret overwritten.
+    let patch = r#"{"stringData": {"operator-password": "the-tenant-wrote-this-password"}}"#;
+    product.kubectl(&[
+        "patch",
+        "secret",
+        "intruder-credentials",
+        "-n",
+        NAMESPACE,
+        "--type",
+        "merge",
+        "-p",
+        patch,
+    ]);
+    eventually(
+        "the intruder to say its nodes refuse the login",
+        Duration::from_secs(60),
+        async || {
+            let intruder = product.cluster(NAMESPACE, "intruder");
+            (harness::k8s::condition_field(&intruder, "Degraded", "reason").as_deref()
+                == Some("LoginRefused"))
+            .then_some(())
+        },
+    )
+    .await;
+
+    product.patch(
+        "valkeyconfig/fleet-base",
+        None,
+        r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
+    );
+    let mut timeline = Timeline::default();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        timeline.sample(&product, "9.1.2");
+        let done = ["first", "second"]
+            .iter()
+            .all(|name| timeline.completed.contains_key(*name));
+        if done {
+            break;
+        }
+        let status = &config(&product)["status"];
+        assert_ne!(
+            status["rollout"], "Halted",
+            "the intruder halted the rollout: {status}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the rollout did not complete: {timeline:?}, {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(
+        timeline.completed["first"] <= timeline.started["second"],
+        "the policy's wave 0 went first: {timeline:?}"
+    );
+    assert!(
+        !timeline.started.contains_key("intruder"),
+        "the intruder, which cannot be worked on, started: {timeline:?}"
+    );
+    // The config's columns follow within a few seconds: the intruder counted, nobody halted.
+    let status = eventually(
+        "the config's fleet status",
+        Duration::from_secs(30),
+        async || {
+            let status = config(&product)["status"].clone();
+            (status["upToDate"] == 2 && status["stalled"] == 1 && status["rollout"] == "Rolling")
+                .then(|| status.clone())
+                .ok_or(status.to_string())
+        },
+    )
+    .await;
+    let halted = harness::k8s::condition_field(&config(&product), "Halted", "status");
+    assert_eq!(halted.as_deref(), Some("False"));
+    println!("a tenant's broken cluster annotated wave 0: {status}");
 }

@@ -370,3 +370,187 @@ spec: {hard: {pods: "2"}}
     product.kubectl(&["delete", "resourcequota", "no-more-pods", "-n", "bad"]);
     rolled(&product, "bad", "broken", "9.1.2", Duration::from_secs(120)).await;
 }
+
+/// The names of `count` commands a real valkey-server 9.0.0 knows (`COMMAND LIST`).
+async fn real_commands(count: usize) -> Vec<String> {
+    use harness::valkey::roller::LocalRuntime;
+    use harness::valkey::runtime::{NodeRuntime, NodeSpec};
+    let runtime = LocalRuntime::new(61).unwrap();
+    let spec = NodeSpec {
+        name: "commands".into(),
+        shard: 0,
+        revision: "9.0.0".into(),
+    };
+    let address = runtime.start_node(&spec).await.unwrap();
+    let names: Vec<String> = eventually("COMMAND LIST", Duration::from_secs(10), async || {
+        let mut conn = redis::Client::open(format!("redis://{address}/"))
+            .ok()?
+            .get_multiplexed_async_connection()
+            .await
+            .ok()?;
+        redis::cmd("COMMAND")
+            .arg("LIST")
+            .query_async::<Vec<String>>(&mut conn)
+            .await
+            .ok()
+    })
+    .await;
+    runtime.stop_node("commands").await.unwrap();
+    let mut names: Vec<String> = names.into_iter().map(|n| n.to_lowercase()).collect();
+    names.sort();
+    names.truncate(count);
+    assert_eq!(names.len(), count, "{names:?}");
+    names
+}
+
+fn role_yaml(commands: &[String]) -> String {
+    let entries: Vec<String> = commands
+        .iter()
+        .map(|c| format!("{{name: {c}, access: allow}}"))
+        .collect();
+    format!(
+        "apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyRole\nmetadata: {{name: wide}}\nspec: {{commands: [{}]}}\n",
+        entries.join(", ")
+    )
+}
+
+/// A ValkeyCluster of `users` users, each granted the role `wide` `permissions` times (on a
+/// key pattern of its own): a small spec whose ACL the role multiplies.
+fn amplified_cluster(name: &str, users: usize, permissions: usize) -> String {
+    let acl: Vec<String> = (0..users)
+        .map(|u| {
+            let granted = vec![
+                format!(
+                    "{{roleRef: wide, keys: [{{pattern: \"u{u:02}:*\", access: readwrite}}]}}"
+                );
+                permissions
+            ];
+            format!(
+                "{{username: user{u:02}, passwordHashes: [\"{}\"], permissions: [{}]}}",
+                "ab".repeat(32),
+                granted.join(", ")
+            )
+        })
+        .collect();
+    cluster_yaml(
+        name,
+        &format!(
+            "{{configRef: standard, shards: 1, replicasPerShard: 0, acl: [{}]}}",
+            acl.join(", ")
+        ),
+    )
+}
+
+/// The cost of `users` users granted a role of `role` `permissions` times, as the operator
+/// reckons it.
+fn cost(
+    users: usize,
+    permissions: usize,
+    role: &valkey_operator::api::ValkeyRoleSpec,
+) -> (usize, usize) {
+    use valkey_operator::acl::{UserCost, role_cost};
+    let yaml = amplified_cluster("x", users, permissions);
+    let cluster: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
+    let spec: valkey_operator::api::ValkeyClusterSpec =
+        serde_json::from_value(cluster["spec"].clone()).unwrap();
+    let per_role = role_cost(role);
+    let user = UserCost::of(&spec.acl[0]).with_roles(|_| Some(per_role));
+    let total: usize = spec
+        .acl
+        .iter()
+        .map(|u| UserCost::of(u).with_roles(|_| Some(per_role)).bytes)
+        .sum();
+    (user.tokens, total)
+}
+
+#[tokio::test]
+async fn the_largest_acl_admission_passes_is_written_within_bounded_memory() {
+    use valkey_operator::acl::{MAX_NODE_BYTES, MAX_USER_TOKENS};
+    let product = Product::start(None, &[]).await;
+    product.apply(IMAGES);
+    product.apply(CONFIG);
+    let commands = real_commands(200).await;
+    product.apply(&role_yaml(&commands));
+    let role: valkey_operator::api::ValkeyRoleSpec = serde_json::from_value(
+        serde_yaml::from_str::<serde_json::Value>(&role_yaml(&commands)).unwrap()["spec"].clone(),
+    )
+    .unwrap();
+    // The most permissions a user may hold of it, and the most such users a cluster may have.
+    let permissions = (1..=32)
+        .take_while(|p| cost(1, *p, &role).0 <= MAX_USER_TOKENS)
+        .last()
+        .unwrap();
+    let users = (1..=64)
+        .take_while(|u| cost(*u, permissions, &role).1 <= MAX_NODE_BYTES)
+        .last()
+        .unwrap();
+    let (tokens, bytes) = cost(users, permissions, &role);
+    println!(
+        "the widest ACL within bounds: {users} users × {permissions} grants of a {}-command role: {tokens} rules a user, {bytes} bytes a node",
+        commands.len()
+    );
+    let rss_before = product.operator.resident_kib().unwrap();
+
+    // One grant more per user, or one user more: refused, saying the limit.
+    refused(
+        &product,
+        &amplified_cluster("too-deep", 1, permissions + 1),
+        &["spec.acl[0]", "ACL rules", "at most 4096 per user"],
+    );
+    if users < 64 {
+        refused(
+            &product,
+            &amplified_cluster("too-wide", users + 1, permissions),
+            &[
+                "spec.acl",
+                "bytes of ACL rules",
+                "at most 1048576 are allowed",
+            ],
+        );
+    }
+
+    // The widest: admitted, and every user written on the node.
+    product.apply(&amplified_cluster("widest", users, permissions));
+    rolled(
+        &product,
+        "tenant",
+        "widest",
+        "9.0.0",
+        Duration::from_secs(180),
+    )
+    .await;
+    let mut peak = 0;
+    eventually(
+        "every user written on the node",
+        Duration::from_secs(120),
+        async || {
+            peak = peak.max(product.operator.resident_kib().unwrap_or(0));
+            let cluster = product.cluster("tenant", "widest");
+            match condition(&cluster, "AclApplied").as_deref() {
+                Some("True") => Ok(()),
+                _ => Err(condition_field(&cluster, "AclApplied", "message").unwrap_or_default()),
+            }
+        },
+    )
+    .await;
+    for _ in 0..20 {
+        peak = peak.max(product.operator.resident_kib().unwrap_or(0));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    println!(
+        "operator RSS with it: {rss_before} KiB before, {peak} KiB at most after (+{} KiB)",
+        peak.saturating_sub(rss_before)
+    );
+    assert!(
+        peak < rss_before + 48 * 1024,
+        "the operator grew from {rss_before} KiB to {peak} KiB"
+    );
+
+    // The role grown by a few commands would push the cluster past its bound: refused, naming it.
+    let grown = real_commands(210).await;
+    refused(
+        &product,
+        &role_yaml(&grown),
+        &["ValkeyRole wide", "ValkeyCluster tenant/widest"],
+    );
+}

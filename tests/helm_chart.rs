@@ -63,6 +63,17 @@ fn chart_lints_clean_and_renders_what_the_operator_needs() {
             "serviceMonitor.enabled=true",
         ],
     );
+    assert_lint_clean(
+        &helm,
+        &[
+            "--set",
+            "webhook.clientAuth.caSecret=apiserver-webhook-client-ca",
+            "--set",
+            "networkPolicy.ingressFrom[0].ipBlock.cidr=198.18.0.0/24",
+            "--set",
+            "metrics.auth=none",
+        ],
+    );
 
     let objects = render(&helm, &[]);
 
@@ -93,7 +104,9 @@ fn chart_lints_clean_and_renders_what_the_operator_needs() {
             "--tls-key",
             "/tls/tls.key",
             "--max-concurrent-reconciles",
-            "16"
+            "16",
+            "--metrics-auth",
+            "kubernetes"
         ])
     );
     let tuned = render(&helm, &["--set", "operator.maxConcurrentReconciles=40"]);
@@ -136,6 +149,64 @@ fn chart_lints_clean_and_renders_what_the_operator_needs() {
             }
         }
     }
+    // Who may read /metrics: a ClusterRole to bind to Prometheus, and the reviews it needs.
+    let reader = objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "ClusterRole" && o["metadata"]["name"] == "valkey-operator-metrics-reader"
+        })
+        .expect("the metrics-reader ClusterRole");
+    assert_eq!(
+        reader["rules"],
+        json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+    );
+    let operator_rules = find(&objects, "ClusterRole")["rules"].to_string();
+    for resource in ["tokenreviews", "subjectaccessreviews", "nodes"] {
+        assert!(
+            operator_rules.contains(resource),
+            "{resource}: {operator_rules}"
+        );
+    }
+
+    // The operator's own NetworkPolicy: only its HTTPS port, from anyone unless narrowed.
+    let policy = find(&objects, "NetworkPolicy");
+    assert_eq!(policy["spec"]["policyTypes"], json!(["Ingress"]));
+    assert_eq!(
+        policy["spec"]["ingress"][0]["ports"],
+        json!([{"port": 8443, "protocol": "TCP"}])
+    );
+    assert!(policy["spec"]["ingress"][0]["from"].is_null());
+    let narrowed = render(
+        &helm,
+        &[
+            "--set",
+            "networkPolicy.ingressFrom[0].ipBlock.cidr=198.18.0.0/24",
+        ],
+    );
+    assert_eq!(
+        find(&narrowed, "NetworkPolicy")["spec"]["ingress"][0]["from"],
+        json!([{"ipBlock": {"cidr": "198.18.0.0/24"}}])
+    );
+    // The API server's webhook client certificate required, where its CA is given.
+    let certified = render(
+        &helm,
+        &[
+            "--set",
+            "webhook.clientAuth.caSecret=apiserver-webhook-client-ca",
+        ],
+    );
+    let pod = &find(&certified, "Deployment")["spec"]["template"]["spec"];
+    let args = pod["containers"][0]["args"].to_string();
+    assert!(
+        args.contains("\"--webhook-client-ca\",\"/webhook-client-ca/ca.crt\""),
+        "{args}"
+    );
+    assert!(
+        pod["volumes"]
+            .to_string()
+            .contains("apiserver-webhook-client-ca"),
+        "{pod}"
+    );
 
     // The webhook configuration has exactly the rules the binary's own `webhook-config` prints,
     // and trusts the CA in the generated Secret.
@@ -235,6 +306,11 @@ fn chart_lints_clean_and_renders_what_the_operator_needs() {
     assert_eq!(
         endpoint["tlsConfig"]["ca"]["secret"],
         json!({"name": "valkey-operator-tls", "key": "ca.crt"})
+    );
+    // It sends Prometheus's own token, which /metrics asks for.
+    assert_eq!(
+        endpoint["bearerTokenFile"],
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
     );
 }
 

@@ -100,6 +100,7 @@ fn node(
         migrating: false,
         unfinished_moves: Vec::new(),
         stranger: false,
+        locked_out: false,
         handover_requested: false,
         terminated: false,
         hung: false,

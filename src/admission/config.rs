@@ -58,7 +58,7 @@ fn validate_spec(
         Operation::Update => {
             judge_image_change(config, name, fleet, policy, verdict);
             let effects = cluster_effects(fleet, name, &config.spec);
-            warn_effects(&effects, fleet, verdict);
+            warn_effects(&effects, fleet, (name, &config.spec), verdict);
         }
         Operation::Create => warn_waiting_clusters(name, fleet, verdict),
         _ => {}

@@ -10,7 +10,8 @@ use std::fmt;
 use super::{Verdict, clip};
 use crate::api::ValkeyConfigSpec;
 use crate::fleet::{ClusterKey, Fleet};
-use crate::resolve::{self, EffectiveConfig, WithConfig};
+use crate::resolve::{self, Catalog, EffectiveConfig, WithConfig};
+use crate::rollout::{Wave, wave_of};
 use crate::setting_impact::needs_restart;
 
 /// How many clusters are named one by one before the rest are counted.
@@ -111,9 +112,39 @@ pub fn cluster_effects(
         .collect()
 }
 
+/// The cluster's wave in its rollout, as the policy of the nearest config of its chain with
+/// one places it (see [`crate::rollout::wave_of`]) in `catalog` (the configs as the change
+/// makes them); the last wave without a policy.
+fn wave(catalog: &impl Catalog, fleet: &Fleet, cluster: &ClusterKey) -> Wave {
+    let chain = fleet
+        .cluster_config_ref(cluster)
+        .and_then(|config| resolve::resolve(config, catalog).ok())
+        .map(|effective| effective.chain.0)
+        .unwrap_or_default();
+    let policy = chain
+        .iter()
+        .find_map(|name| catalog.config(name).and_then(|c| c.rollout.as_ref()));
+    match policy {
+        Some(policy) => wave_of(cluster, policy, fleet.cluster_wave_annotation(cluster)),
+        None => Wave::Last,
+    }
+}
+
 /// One warning per cluster (rolls first, then live changes, then nothing), up to
-/// [`CLUSTERS_NAMED`], then one that counts the rest.
-pub fn warn_effects(effects: &[(ClusterKey, Effect)], fleet: &Fleet, verdict: &mut Verdict) {
+/// [`CLUSTERS_NAMED`], then one that counts the rest; each in its wave as config `name`, changed
+/// to `new_spec`, places it.
+pub fn warn_effects(
+    effects: &[(ClusterKey, Effect)],
+    fleet: &Fleet,
+    (name, new_spec): (&str, &ValkeyConfigSpec),
+    verdict: &mut Verdict,
+) {
+    let candidate = WithConfig {
+        inner: fleet,
+        name,
+        spec: Some(new_spec),
+    };
+    let wave = |cluster: &ClusterKey| wave(&candidate, fleet, cluster);
     if effects.iter().all(|(_, e)| *e == Effect::Nothing) {
         return;
     }
@@ -123,11 +154,9 @@ pub fn warn_effects(effects: &[(ClusterKey, Effect)], fleet: &Fleet, verdict: &m
         Effect::Nothing => 2,
     };
     let mut sorted: Vec<&(ClusterKey, Effect)> = effects.iter().collect();
-    sorted.sort_by_key(|(cluster, effect)| {
-        (rank(effect), fleet.cluster_wave(cluster), cluster.clone())
-    });
+    sorted.sort_by_key(|(cluster, effect)| (rank(effect), wave(cluster), cluster.clone()));
     for (cluster, effect) in sorted.iter().take(CLUSTERS_NAMED) {
-        let wave = fleet.cluster_wave(cluster);
+        let wave = wave(cluster);
         verdict.warn(clip(format!("{cluster} ({wave}): {effect}.")));
     }
     let rest = &sorted[sorted.len().min(CLUSTERS_NAMED)..];

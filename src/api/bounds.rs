@@ -205,6 +205,16 @@ pub fn config_problems(spec: &ValkeyConfigSpec) -> Vec<Problem> {
             problems.check(field, names::dns1123_subdomain(reference));
         }
     }
+    if let Some(rollout) = &spec.rollout {
+        for (index, wave) in rollout.waves.iter().enumerate() {
+            for (entry, cluster) in wave.clusters.iter().enumerate() {
+                problems.check(
+                    format!("spec.rollout.waves[{index}].clusters[{entry}]"),
+                    wave_entry(cluster),
+                );
+            }
+        }
+    }
     if problems.at_most("spec.valkey", spec.valkey.len(), MAX_SETTINGS, "settings") {
         for (name, value) in &spec.valkey {
             problems.length(
@@ -216,6 +226,20 @@ pub fn config_problems(spec: &ValkeyConfigSpec) -> Vec<Problem> {
         }
     }
     problems.0
+}
+
+/// `namespace/name` or `namespace/*`.
+fn wave_entry(entry: &str) -> Result<(), String> {
+    let Some((namespace, name)) = entry.split_once('/') else {
+        return Err(format!(
+            "{entry:?} is not namespace/name (or namespace/* for every cluster of a namespace)"
+        ));
+    };
+    names::dns1123_label(namespace).map_err(|problem| format!("the namespace {problem}"))?;
+    if name == "*" {
+        return Ok(());
+    }
+    names::dns1035_label(name).map_err(|problem| format!("the cluster name {problem}"))
 }
 
 /// A check of one name, saying why it is refused.

@@ -57,10 +57,10 @@ pub struct ValkeyConfigSpec {
     pub rollout: Option<RolloutPolicy>,
 }
 
-/// A fleet rollout policy. Clusters are ordered into waves by their
-/// `valkey.gomomento.com/rollout-wave` annotation (an integer, lowest first; clusters without
-/// it go last); a wave starts once every earlier one is up to date, and a stall on the new
-/// revision halts the rollout until it is fixed.
+/// A fleet rollout policy, the platform's: which clusters go first (`waves`), how many roll at
+/// once; a wave starts once every earlier one is up to date, and a stall of the change itself
+/// (its new nodes never come up, or a failover onto one never takes effect) halts the rollout
+/// until it is fixed. A cluster stalled for a cause of its own halts nobody.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutPolicy {
@@ -68,6 +68,38 @@ pub struct RolloutPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10000))]
     pub max_concurrent: Option<u32>,
+    /// The early waves, first to last, each naming its clusters; every other cluster is in the
+    /// last wave, after them all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub waves: Vec<RolloutWave>,
+    /// Also place clusters by the `valkey.gomomento.com/rollout-wave` annotation their owners put
+    /// on them (an integer, lowest first), after the waves above. Off (the default): a
+    /// cluster's owner cannot make it lead a rollout.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_wave_annotation: bool,
+}
+
+/// One early wave of a rollout.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutWave {
+    /// Clusters as `namespace/name`, or `namespace/*` for every cluster of a namespace.
+    #[schemars(length(min = 1, max = 256))]
+    pub clusters: Vec<String>,
+}
+
+impl RolloutWave {
+    /// Whether the wave names the cluster `name` of `namespace`.
+    pub fn names(&self, namespace: &str, name: &str) -> bool {
+        self.clusters
+            .iter()
+            .any(|entry| match entry.split_once('/') {
+                Some((ns, "*")) => ns == namespace,
+                Some((ns, n)) => ns == namespace && n == name,
+                None => false,
+            })
+    }
 }
 
 /// How far a change has got across the clusters that resolve through a config (or run an

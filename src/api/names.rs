@@ -25,6 +25,21 @@ pub fn dns1035_label(value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A DNS-1123 label (a namespace's name): lowercase letters, digits and `-`, starting and ending
+/// with a letter or digit, at most 63 characters.
+pub fn dns1123_label(value: &str) -> Result<(), String> {
+    if value.is_empty() || value.len() > MAX_LABEL {
+        return Err(format!("must be 1 to {MAX_LABEL} characters long"));
+    }
+    if !dns_label_chars(value) {
+        return Err(
+            "must consist of lowercase letters, digits and '-', and start and end with a letter or digit"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 /// A DNS-1123 subdomain (most object names): dot-separated DNS-1123 labels, at most 253 long.
 pub fn dns1123_subdomain(value: &str) -> Result<(), String> {
     if value.is_empty() || value.len() > MAX_SUBDOMAIN {

@@ -22,10 +22,12 @@ use super::status::{self, ConditionType, Reason, set_condition};
 use crate::api::{FleetStatus, ValkeyCluster, ValkeyConfig, ValkeyImage};
 use crate::fleet::{ClusterKey, Fleet};
 use crate::resolve::{self, Catalog, EffectiveConfig};
-use crate::roll::{DesiredShape, Lifecycle, ObservedNode, Role, Step, WaitReason};
+use crate::roll::{
+    DesiredShape, JoinBlocker, Lifecycle, ObservedNode, Role, StallReason, Step, WaitReason,
+};
 use crate::rollout::{
     Asking, LEARNING, Policy, Progress, Standing, Tally, Verdict, WAVE_ANNOTATION, Wave, gate,
-    tallies,
+    tallies, wave_of,
 };
 use crate::setting_impact::needs_restart;
 
@@ -47,6 +49,7 @@ fn moves_the_gate(before: Progress, after: Progress) -> bool {
     match (before, after) {
         (Progress::Rolling, Progress::UpToDate | Progress::Queued) => true,
         (Progress::Stalled, other) | (other, Progress::Stalled) => other != Progress::Stalled,
+        (Progress::Rolling, Progress::Stuck) => true,
         _ => false,
     }
 }
@@ -155,12 +158,16 @@ pub fn gated(
     let group = chain
         .iter()
         .find(|name| fleet.config(name).is_some_and(|c| c.rollout.is_some()));
-    let policy = group
+    let group_policy = group
         .and_then(|name| fleet.config(name))
-        .and_then(|config| config.rollout.as_ref())
-        .map(|rollout| Policy {
-            max_concurrent: rollout.max_concurrent,
-        });
+        .and_then(|config| config.rollout.as_ref());
+    let policy = group_policy.map(|rollout| Policy {
+        max_concurrent: rollout.max_concurrent,
+    });
+    let annotation = cluster
+        .annotations()
+        .get(WAVE_ANNOTATION)
+        .map(String::as_str);
     let outdated = observed.iter().any(|o| !o.is_up_to_date(desired));
     // The group's own resolution, so every member of a change compares alike whatever its
     // child config adds; without a group, the cluster's own.
@@ -169,22 +176,27 @@ pub fn gated(
         group: group.cloned(),
         chain: chain.to_vec(),
         image: effective.image.name.clone(),
-        wave: Wave::from_annotation(
-            cluster
-                .annotations()
-                .get(WAVE_ANNOTATION)
-                .map(String::as_str),
-        ),
+        wave: match group_policy {
+            Some(policy) => wave_of(&key, policy, annotation),
+            None => Wave::Last,
+        },
         target: rollout_target(group_effective.as_ref().unwrap_or(effective)),
         progress: Progress::UpToDate,
     };
     let started = started(observed, desired);
     let held = advances_a_roll(&step, observed, desired);
-    if matches!(step, Step::Stalled { .. }) || !outdated || !held {
+    // Nodes that refuse the operator's login (its Secret or its users changed by hand): the
+    // cluster cannot move, for a cause of its own.
+    let locked_out = observed.iter().any(|o| o.locked_out);
+    if matches!(step, Step::Stalled { .. }) || !outdated || !held || locked_out {
         standing.progress = match (&step, outdated) {
-            // Only a stall of a roll onto the change halts it: one tenant's cluster stalled
-            // for its own reasons (a dead primary, say) holds nobody up.
-            (Step::Stalled { .. }, true) if started => Progress::Stalled,
+            (_, true) if locked_out => Progress::Stuck,
+            // Only a stall of the change itself halts the rollout; one for a cause of the
+            // cluster's own (a dead primary, say) holds nobody up.
+            (Step::Stalled { reason }, true) if stall_of_the_change(reason, observed, desired) => {
+                Progress::Stalled
+            }
+            (Step::Stalled { .. }, true) => Progress::Stuck,
             (_, false) => Progress::UpToDate,
             _ if started => Progress::Rolling,
             _ => Progress::Queued,
@@ -210,6 +222,27 @@ pub fn gated(
         Verdict::Wait(why) => Step::Wait {
             reason: WaitReason::Rollout(why),
         },
+    }
+}
+
+/// Whether a stall is the change's own doing: a node on the new revision that never came up
+/// (never answered), or a failover onto one that never took effect. A stall over the cluster's
+/// own state (a dead primary, silent copies, two primaries) is not.
+fn stall_of_the_change(
+    reason: &StallReason,
+    observed: &[ObservedNode],
+    desired: &DesiredShape,
+) -> bool {
+    match reason {
+        StallReason::FailoverIncomplete { .. } | StallReason::AlreadyFailedOver { .. } => true,
+        StallReason::JoinOverdue {
+            node,
+            blocker: JoinBlocker::Unreachable,
+            ..
+        } => observed
+            .iter()
+            .any(|o| o.name == *node && o.is_up_to_date(desired) && !o.locked_out && !o.stranger),
+        _ => false,
     }
 }
 
@@ -373,9 +406,10 @@ fn status(tally: Tally, paused: bool, before: Option<&FleetStatus>) -> FleetStat
     }
 }
 
-/// `Halted`: whether a stalled cluster holds the rollout back, and what starts it again.
+/// `Halted`: whether a cluster stalled on the change holds the rollout back, and what starts it
+/// again.
 fn halted(tally: &Tally) -> status::Verdict {
-    let stalled = tally.stalled > 0;
+    let stalled = tally.halting > 0;
     status::Verdict {
         type_: ConditionType::Halted,
         status: stalled,
@@ -386,9 +420,10 @@ fn halted(tally: &Tally) -> status::Verdict {
         },
         message: if stalled {
             format!(
-                "{} of {} clusters stalled: no other cluster starts rolling until the cause is fixed \
-                 (kubectl get valkeyclusters -A shows which; their Degraded condition says why)",
-                tally.stalled, tally.clusters
+                "{} of {} clusters stalled on the change: no other cluster starts rolling until the \
+                 cause is fixed (kubectl get valkeyclusters -A shows which; their Degraded \
+                 condition says why)",
+                tally.halting, tally.clusters
             )
         } else {
             String::new()
@@ -477,9 +512,11 @@ mod tests {
             rolling: 1,
             queued: 4,
             stalled: 0,
+            halting: 0,
         };
         let halted_tally = Tally {
             stalled: 1,
+            halting: 1,
             rolling: 0,
             ..rolling
         };

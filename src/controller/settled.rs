@@ -187,6 +187,7 @@ mod tests {
             migrating: false,
             unfinished_moves: Vec::new(),
             stranger: false,
+            locked_out: false,
             handover_requested: false,
             terminated: false,
             hung: false,

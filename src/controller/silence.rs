@@ -58,7 +58,8 @@ impl Silence {
             let answered_once = members
                 .iter()
                 .any(|m| m.name == node.name && m.id.is_some());
-            if node.reachable || node.terminated || !answered_once {
+            // A node that refuses the login answers: it is not silent.
+            if node.reachable || node.terminated || node.locked_out || !answered_once {
                 since.remove(&node.name);
                 continue;
             }
@@ -120,6 +121,7 @@ mod tests {
             migrating: false,
             unfinished_moves: Vec::new(),
             stranger: false,
+            locked_out: false,
             handover_requested: false,
             terminated: false,
             hung: false,

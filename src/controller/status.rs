@@ -69,6 +69,8 @@ pub enum Reason {
     CredentialsUnusable,
     /// Something other than a node answers at its address: nothing is sent there.
     StrangerAtAddress,
+    /// Nodes refuse the operator's login: nothing can be done on them.
+    LoginRefused,
 }
 
 impl ConditionType {
@@ -105,6 +107,7 @@ impl Reason {
             Reason::TlsUnavailable => "TlsUnavailable",
             Reason::CredentialsUnusable => "CredentialsUnusable",
             Reason::StrangerAtAddress => "StrangerAtAddress",
+            Reason::LoginRefused => "LoginRefused",
         }
     }
 }
@@ -385,7 +388,18 @@ fn verdicts(pass: &PassReport, all_served: bool) -> [Verdict; 3] {
         .filter(|o| o.stranger)
         .map(|o| o.name.as_str())
         .collect();
+    let locked_out: Vec<&str> = (pass.observed.iter())
+        .filter(|o| o.locked_out)
+        .map(|o| o.name.as_str())
+        .collect();
     let degraded = match (pass.step, &pass.failure) {
+        _ if !locked_out.is_empty() => degraded(
+            Reason::LoginRefused,
+            format!(
+                "{} refuse the operator's login: its credentials Secret (<cluster>-credentials) or the nodes' users were changed by hand; restore the Secret from a backup, or rotate from the passwords the nodes still have",
+                first_of(&locked_out, 5)
+            ),
+        ),
         (Step::Stalled { .. }, _) => degraded(Reason::RollStalled, pass.step.headline()),
         _ if !strangers.is_empty() => {
             degraded(Reason::StrangerAtAddress, stranger_message(&strangers))

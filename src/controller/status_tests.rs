@@ -42,6 +42,7 @@ fn node(name: &str, shard: u32, revision: &str, slots: (u16, u16)) -> ObservedNo
         migrating: false,
         unfinished_moves: Vec::new(),
         stranger: false,
+        locked_out: false,
         handover_requested: false,
         terminated: false,
         hung: false,

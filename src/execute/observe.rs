@@ -32,16 +32,20 @@ enum Unheard {
     Silent,
     /// Something other than the member answers at its address.
     Stranger,
+    /// The member answers, but refuses the operator's login.
+    LockedOut,
 }
 
 async fn report(expected: Expected<'_>, reach: &Reach) -> Result<NodeReport, Unheard> {
-    let client =
-        NodeClient::open(&expected, reach)
-            .await
-            .map_err(|error| match error.is_stranger() {
-                true => Unheard::Stranger,
-                false => Unheard::Silent,
-            })?;
+    let client = NodeClient::open(&expected, reach).await.map_err(|error| {
+        if error.is_stranger() {
+            Unheard::Stranger
+        } else if error.is_auth_refusal() {
+            Unheard::LockedOut
+        } else {
+            Unheard::Silent
+        }
+    })?;
     let silent = |_| Unheard::Silent;
     let replication = client.replication_info().await.map_err(silent)?;
     let info = client.cluster_info().await.map_err(silent)?;
@@ -74,7 +78,7 @@ async fn report_of(member: &Member, reach: &Reach) -> Result<NodeReport, Unheard
 
 /// Observes every member; an unreachable one is reported as the rest of the cluster sees it.
 pub async fn observe(members: &[Member], reach: &Reach) -> Vec<ObservedNode> {
-    let (reports, strangers) = read_reports(members, reach).await;
+    let (reports, unheard) = read_reports(members, reach).await;
     let primaries: HashMap<String, &NodeReport> = reports
         .values()
         .filter(|r| r.role == Role::Primary)
@@ -97,7 +101,8 @@ pub async fn observe(members: &[Member], reach: &Reach) -> Vec<ObservedNode> {
                 ..answered(member, report, &primaries)
             },
             None => ObservedNode {
-                stranger: strangers.contains(member.name.as_str()),
+                stranger: unheard.get(member.name.as_str()) == Some(&Unheard::Stranger),
+                locked_out: unheard.get(member.name.as_str()) == Some(&Unheard::LockedOut),
                 ..unanswered(member, &view)
             },
         })
@@ -150,24 +155,23 @@ fn unfinished_moves<'a>(
     moves
 }
 
-/// Every member's report, replicas read a second time after every primary; and the members at
-/// whose address a stranger answered.
+/// Every member's report, replicas read a second time after every primary; and why the
+/// others gave none.
 async fn read_reports<'a>(
     members: &'a [Member],
     reach: &Reach,
-) -> (HashMap<&'a str, NodeReport>, BTreeSet<&'a str>) {
+) -> (HashMap<&'a str, NodeReport>, HashMap<&'a str, Unheard>) {
     let first = join_all(members.iter().map(|m| report_of(m, reach))).await;
     let mut reports: HashMap<&str, NodeReport> = HashMap::new();
-    let mut strangers = BTreeSet::new();
+    let mut unheard = HashMap::new();
     for (member, report) in members.iter().zip(first) {
         match report {
             Ok(report) => {
                 reports.insert(member.name.as_str(), report);
             }
-            Err(Unheard::Stranger) => {
-                strangers.insert(member.name.as_str());
+            Err(why) => {
+                unheard.insert(member.name.as_str(), why);
             }
-            Err(Unheard::Silent) => {}
         }
     }
     let replicas: Vec<&Member> = members
@@ -183,15 +187,13 @@ async fn read_reports<'a>(
             Ok(fresh) => {
                 reports.insert(member.name.as_str(), fresh);
             }
-            Err(unheard) => {
+            Err(why) => {
                 reports.remove(member.name.as_str());
-                if unheard == Unheard::Stranger {
-                    strangers.insert(member.name.as_str());
-                }
+                unheard.insert(member.name.as_str(), why);
             }
         }
     }
-    (reports, strangers)
+    (reports, unheard)
 }
 
 /// What is known of a member before it answers: unreachable, no role, no slots.
@@ -210,6 +212,7 @@ fn unheard(member: &Member) -> ObservedNode {
         migrating: false,
         unfinished_moves: Vec::new(),
         stranger: false,
+        locked_out: false,
         handover_requested: member.handover_requested,
         terminated: member.terminated,
         // The caller's clock decides (see `ObservedNode::hung`).

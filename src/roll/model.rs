@@ -130,6 +130,9 @@ pub struct ObservedNode {
     /// Something other than this node answers at its address (its Pod's IP was handed to
     /// another server): it is unreachable, and nothing is ever sent to what answers there.
     pub stranger: bool,
+    /// It answers, but refuses the operator's login (its users were changed by hand, or the
+    /// credentials Secret was): unreachable, but not silent, so never taken for dead.
+    pub locked_out: bool,
     /// Its Pod is about to go (an Eviction was deferred while it is a primary): hand its shard
     /// to a replica first, so clients see a planned failover instead of Valkey's detection.
     pub handover_requested: bool,

@@ -40,6 +40,7 @@ fn primary(name: &str, shard: u32, slots: Vec<SlotRange>) -> ObservedNode {
         migrating: false,
         unfinished_moves: Vec::new(),
         stranger: false,
+        locked_out: false,
         handover_requested: false,
         terminated: false,
         hung: false,

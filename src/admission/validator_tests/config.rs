@@ -272,13 +272,15 @@ fn a_config_in_use_cannot_be_deleted() {
 #[test]
 fn a_paced_change_says_how_it_is_paced_and_what_it_does_to_each_cluster() {
     let mut fleet = fleet();
-    fleet.set_cluster_wave(
-        &ClusterKey::new("team-b", "feed"),
-        crate::rollout::Wave::Numbered(0),
-    );
+    // Its owner's annotation says wave 0 too: the policy's word is what counts.
+    fleet.set_cluster_wave_annotation(&ClusterKey::new("team-a", "orders"), Some("0"));
     let mut spec = config_spec(Some("valkey-9-1-2"), None);
     spec.rollout = Some(crate::api::RolloutPolicy {
         max_concurrent: Some(1),
+        waves: vec![crate::api::RolloutWave {
+            clusters: vec!["team-b/feed".into()],
+        }],
+        allow_wave_annotation: false,
     });
     let object = config("standard", spec);
     let verdict = validate_config(
