@@ -53,21 +53,31 @@ impl Outcome for bool {
 pub async fn eventually<O: Outcome>(
     what: impl Display,
     within: Duration,
-    mut check: impl AsyncFnMut() -> O,
+    check: impl AsyncFnMut() -> O,
 ) -> O::Value {
+    match until(within, check).await {
+        Ok(value) => value,
+        Err(last) if last.is_empty() => panic!("timed out after {within:?} waiting for {what}"),
+        Err(last) => panic!("timed out after {within:?} waiting for {what}; last seen:\n{last}"),
+    }
+}
+
+/// [`eventually`] that returns the last state seen when `within` has passed, instead of
+/// panicking (for a caller that reports a timeout as one result among others).
+pub async fn until<O: Outcome>(
+    within: Duration,
+    mut check: impl AsyncFnMut() -> O,
+) -> Result<O::Value, String> {
     let deadline = Instant::now() + within;
     let mut pause = FIRST_PAUSE;
     loop {
         let last = match check().await.into_result() {
-            Ok(value) => return value,
+            Ok(value) => return Ok(value),
             Err(last) => last,
         };
         let now = Instant::now();
         if now >= deadline {
-            if last.is_empty() {
-                panic!("timed out after {within:?} waiting for {what}");
-            }
-            panic!("timed out after {within:?} waiting for {what}; last seen:\n{last}");
+            return Err(last);
         }
         tokio::time::sleep(pause.min(deadline - now)).await;
         pause = (pause * 2).min(LONGEST_PAUSE);

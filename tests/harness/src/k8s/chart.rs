@@ -360,6 +360,11 @@ impl Operator {
         self.child = spawn_operator(&self.args, &self.kubeconfig, &self.log);
     }
 
+    /// The process id of the operator now running.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The process's resident memory in KiB (`VmRSS` from /proc), while it runs.
     pub fn resident_kib(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;

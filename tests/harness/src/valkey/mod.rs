@@ -86,8 +86,16 @@ pub async fn versions(addresses: &[String]) -> Vec<String> {
 
 /// Per desired shard: how many primaries and replicas the cluster shows, and slots owned.
 pub async fn layout(addresses: &[String]) -> Vec<(usize, u32)> {
-    let client = admin(&addresses[0]).await;
-    let shards = client.cluster_shards().await.unwrap();
+    try_layout(addresses).await.unwrap()
+}
+
+/// [`layout`], or why it could not be read (a node down or paused answers with an error, not
+/// a panic, for tests that poll through faults).
+pub async fn try_layout(
+    addresses: &[String],
+) -> valkey_operator::valkey::Result<Vec<(usize, u32)>> {
+    let client = logins::admin(&addresses[0], Duration::from_secs(2)).await?;
+    let shards = client.cluster_shards().await?;
     let mut out: Vec<(usize, u32)> = shards
         .iter()
         .filter(|s| !s.slots.is_empty())
@@ -101,7 +109,7 @@ pub async fn layout(addresses: &[String]) -> Vec<(usize, u32)> {
         })
         .collect();
     out.sort();
-    out
+    Ok(out)
 }
 
 /// The ids of the nodes owning slots, sorted.
