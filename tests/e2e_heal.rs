@@ -5,9 +5,12 @@
 //!   shard is served again once it answers;
 //! - a primary killed while a new replica of its shard is joining (the joiner paused for a while,
 //!   then resumed): the shard is taken over by its synced replica at once, the joiner follows the
-//!   new primary once it runs again, and the dead node is retired.
+//!   new primary once it runs again, and the dead node is retired;
+//! - a primary of a 2-shard cluster (where Valkey's own failover can never win a majority of
+//!   primaries) paused for good: taken over while still paused, once silent past the operator's
+//!   bound, and replaced.
 //!
-//! Each shard is served again within 10 s of the kill and whole again (every replica it should
+//! Each shard of the first two is served again within 10 s of the kill and whole again (every replica it should
 //! have, dead nodes retired) without a person. Writes are asynchronously replicated: what the
 //! primary acknowledged after its replicas last had it may be lost with it. That window is
 //! [`REPLICATION_WINDOW`] before the kill when a synced replica takes over, and the whole pause
@@ -20,7 +23,7 @@
 use std::time::Duration;
 
 use harness::k8s::{IMAGES, Product, converged};
-use harness::valkey::{Writer, layout, lost_writes};
+use harness::valkey::{Writer, lost_writes, try_layout};
 use harness::{eventually, signal};
 use serde_json::Value;
 use tokio::time::Instant;
@@ -47,23 +50,36 @@ metadata: {name: cart, namespace: heal}
 spec: {configRef: heal-config, shards: 3, replicasPerShard: 1}
 "#;
 
-/// Waits until the cluster has `replicas` replicas in each of its 3 shards, its Pods are
+/// (replicas, slots) of each of three shards, sorted.
+fn three_shards(replicas: usize) -> [(usize, u32); 3] {
+    [(replicas, 5461), (replicas, 5461), (replicas, 5462)]
+}
+
+/// Waits until `cluster` shows `expected` (replicas, slots) per shard, sorted, its Pods are
 /// exactly those nodes (no dead one left), and it has converged.
-async fn whole(product: &Product, replicas: usize, since: Instant) -> Duration {
+async fn whole(
+    product: &Product,
+    (namespace, cluster): (&str, &str),
+    expected: &[(usize, u32)],
+    since: Instant,
+) -> Duration {
     eventually(
         "the cluster whole again",
         Duration::from_secs(240),
         async || {
-            let pods = product.addresses(NAMESPACE, CLUSTER);
-            if pods.len() != 3 * (1 + replicas) {
+            let pods = product.addresses(namespace, cluster);
+            let nodes: usize = expected.iter().map(|(replicas, _)| 1 + replicas).sum();
+            if pods.len() != nodes {
                 return Err(format!("Pods: {pods:?}"));
             }
             let addresses: Vec<String> = pods.into_values().collect();
-            let seen = layout(&addresses).await;
-            if seen != [(replicas, 5461), (replicas, 5461), (replicas, 5462)] {
+            let seen = try_layout(&addresses)
+                .await
+                .map_err(|e| format!("layout: {e}"))?;
+            if seen != expected {
                 return Err(format!("(replicas, slots) per shard: {seen:?}"));
             }
-            let status = product.cluster(NAMESPACE, CLUSTER);
+            let status = product.cluster(namespace, cluster);
             if !converged(&status, "9.1.2") {
                 return Err(format!("status: {:#}", status["status"]));
             }
@@ -74,14 +90,20 @@ async fn whole(product: &Product, replicas: usize, since: Instant) -> Duration {
     since.elapsed()
 }
 
-/// How long after `killed` shard `shard` had a primary again other than `victim`.
-async fn served_again(product: &Product, shard: u32, victim: &str, killed: Instant) -> Duration {
+/// How long after `killed` shard `shard` of `cluster` had a primary again other than `victim`.
+async fn served_again(
+    product: &Product,
+    (namespace, cluster): (&str, &str),
+    shard: u32,
+    victim: &str,
+    killed: Instant,
+) -> Duration {
     eventually(
         format!("shard {shard} served again"),
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         async || {
-            let addresses = product.addresses(NAMESPACE, CLUSTER);
-            let prefix = format!("{CLUSTER}-{shard}-");
+            let addresses = product.addresses(namespace, cluster);
+            let prefix = format!("{cluster}-{shard}-");
             for (name, address) in addresses {
                 if !name.starts_with(&prefix) || name == victim {
                     continue;
@@ -140,11 +162,12 @@ async fn joiner(product: &Product, shard: u32) -> (String, u32) {
 /// of `windows`.
 async fn losses(
     product: &Product,
+    (namespace, cluster): (&str, &str),
     log: &harness::valkey::WriterLog,
     windows: &[(Instant, Instant)],
 ) -> (usize, usize) {
     let seeds: Vec<String> = product
-        .addresses(NAMESPACE, CLUSTER)
+        .addresses(namespace, cluster)
         .into_values()
         .collect();
     let lost = lost_writes(&seeds, log.acked).await;
@@ -185,8 +208,8 @@ async fn dead_primaries_are_taken_over_whatever_their_replicas_are_doing() {
     let killed = signal(product.server_pid(NAMESPACE, &victim), "-KILL");
     tokio::time::sleep(Duration::from_secs(5).saturating_sub(paused.elapsed())).await;
     signal(replica_pid, "-CONT");
-    let served = served_again(&product, 1, &victim, killed).await;
-    let whole_after = whole(&product, 1, killed).await;
+    let served = served_again(&product, (NAMESPACE, CLUSTER), 1, &victim, killed).await;
+    let whole_after = whole(&product, (NAMESPACE, CLUSTER), &three_shards(1), killed).await;
     let events = product.kubectl(&["get", "events", "-n", NAMESPACE]);
     assert!(
         !events.contains("served again, empty"),
@@ -212,10 +235,10 @@ async fn dead_primaries_are_taken_over_whatever_their_replicas_are_doing() {
     signal(joiner_pid, "-STOP");
     let victim = product.primary_of(NAMESPACE, CLUSTER, 0).await;
     let killed = signal(product.server_pid(NAMESPACE, &victim), "-KILL");
-    let served = served_again(&product, 0, &victim, killed).await;
+    let served = served_again(&product, (NAMESPACE, CLUSTER), 0, &victim, killed).await;
     tokio::time::sleep(Duration::from_secs(15)).await;
     signal(joiner_pid, "-CONT");
-    let whole_after = whole(&product, 2, killed).await;
+    let whole_after = whole(&product, (NAMESPACE, CLUSTER), &three_shards(2), killed).await;
     println!(
         "primary killed while {joining} was joining its shard (paused 15 s): served again after {:.1} s, whole again after {:.1} s",
         served.as_secs_f64(),
@@ -230,7 +253,7 @@ async fn dead_primaries_are_taken_over_whatever_their_replicas_are_doing() {
 
     let log = writer.stop().await;
     let windows = [replica_window, (killed, killed)];
-    let (lost, outside) = losses(&product, &log, &windows).await;
+    let (lost, outside) = losses(&product, (NAMESPACE, CLUSTER), &log, &windows).await;
     println!(
         "heal | {} acknowledged, {lost} lost, {outside} of them outside the windows (shard 1's replica paused; {:?} before each kill)",
         log.acked, REPLICATION_WINDOW
@@ -238,5 +261,88 @@ async fn dead_primaries_are_taken_over_whatever_their_replicas_are_doing() {
     assert_eq!(
         outside, 0,
         "acknowledged writes lost outside the replication windows"
+    );
+}
+
+const HUNG_OBJECTS: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: heal-hung}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata: {name: heal-hung-config}
+spec: {imageRef: valkey-9-1-2, valkey: {save: "", cluster-node-timeout: "3000"}}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {name: till, namespace: heal-hung}
+spec: {configRef: heal-hung-config, shards: 2, replicasPerShard: 1}
+"#;
+
+/// Whether process `pid` is stopped (`T` in /proc/PID/stat).
+fn stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat.rsplit_once(") ")?.1.chars().next()?;
+            Some(state == 'T' || state == 't')
+        })
+        .unwrap_or(false)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_primary_is_taken_over_where_valkey_cannot_fail_it_over() {
+    let cluster = ("heal-hung", "till");
+    let product = Product::start(None, &[]).await;
+    product.apply(IMAGES);
+    product.apply(HUNG_OBJECTS);
+    product
+        .wait_converged(&[cluster], "9.1.2", Duration::from_secs(180))
+        .await;
+    product.grant_writer(cluster.0, cluster.1).await;
+    let seeds: Vec<String> = product
+        .addresses(cluster.0, cluster.1)
+        .into_values()
+        .collect();
+    let writer = Writer::start(seeds);
+    writer.assert_progressing().await;
+
+    // Shard 0's primary stopped (SIGSTOP) and left stopped: its Pod runs, its server never
+    // answers. With two shards, no Valkey failover can win a majority.
+    let victim = product.primary_of(cluster.0, cluster.1, 0).await;
+    let pid = product.server_pid(cluster.0, &victim);
+    let paused = signal(pid, "-STOP");
+    let served = served_again(&product, cluster, 0, &victim, paused).await;
+    assert!(
+        stopped(pid),
+        "the primary was resumed before its shard was taken over"
+    );
+    let whole_after = whole(&product, cluster, &[(1, 8192), (1, 8192)], paused).await;
+    let pods = product.addresses(cluster.0, cluster.1);
+    assert!(
+        !pods.contains_key(&victim),
+        "the hung primary was not replaced: {pods:?}"
+    );
+    println!(
+        "hung primary of a 2-shard cluster (cluster-node-timeout 3 s, silence bound 20 s): served again after {:.1} s, whole again after {:.1} s",
+        served.as_secs_f64(),
+        whole_after.as_secs_f64()
+    );
+    // If it still runs (its Pod is being deleted), let it go.
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &pid.to_string()])
+        .status();
+    writer.assert_progressing().await;
+
+    let log = writer.stop().await;
+    let (lost, outside) = losses(&product, cluster, &log, &[(paused, paused)]).await;
+    println!(
+        "hung | {} acknowledged, {lost} lost, {outside} of them outside {:?} before the pause",
+        log.acked, REPLICATION_WINDOW
+    );
+    assert_eq!(
+        outside, 0,
+        "acknowledged writes lost outside the replication window"
     );
 }

@@ -42,8 +42,9 @@ use valkey_operator::roll::slots::bootstrap_range;
 const NAMESPACE: &str = "nemesis";
 const REPLICATION_WINDOW: Duration = Duration::from_millis(100);
 const WHOLE_WITHIN: Duration = Duration::from_secs(180);
-/// Longest pause drawn: past the operator's silence bound (20 s at this node timeout).
-const LONG_PAUSE: Duration = Duration::from_secs(24);
+/// Longest pause drawn: well past the operator's silence bound (20 s at this node timeout,
+/// counted from the first pass that finds the node silent), so a paused primary is taken over.
+const LONG_PAUSE: Duration = Duration::from_secs(40);
 
 /// SplitMix64: a seed's whole schedule, the same on every run.
 struct Dice(u64);
