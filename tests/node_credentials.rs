@@ -262,8 +262,16 @@ async fn an_open_node_is_closed_live_and_a_rotation_never_locks_the_operator_out
     );
     let still_open = anonymous(address, &["PING"]).await;
     assert!(still_open.contains("answered"), "{still_open}");
-    // ...then, logged in as itself, `default` closed.
-    let second = NodeClient::open(&legacy, &reach_now).await.unwrap();
+    // ...then, logged in as itself, `default` closed: a password goes only to the node
+    // recorded with this id, never to whoever answers at the address.
+    let unrecorded = NodeClient::open(&legacy, &reach_now).await.unwrap();
+    assert!(!unrecorded.is_logged_in());
+    let id = first.id().unwrap().to_owned();
+    let recorded = Expected {
+        id: Some(&id),
+        ..any_node(address)
+    };
+    let second = NodeClient::open(&recorded, &reach_now).await.unwrap();
     assert!(second.is_logged_in());
     assert_eq!(apply_users(&second, &desired).await.unwrap(), []);
     for probe in PROBES {

@@ -90,17 +90,22 @@ pub struct KeyMove<'a> {
 enum SlotState {
     /// The source owns it: set it up (what is not yet), move its keys, hand it over.
     AtSource { importing: bool, migrating: bool },
-    /// The target owns it already; the source may still call it migrating.
-    AtTarget { migrating: bool },
+    /// The target owns it already; either end may still call it open.
+    AtTarget { importing: bool, migrating: bool },
     /// Neither end owns it: nothing to move; whatever is open about it is closed.
     Elsewhere { importing: bool, migrating: bool },
 }
 
 /// Moves `slots` from the source to the target key by key, finishing any of them a previous
-/// attempt left open; returns how many keys moved. Past `deadline` it stops between rounds
-/// with an error, leaving the slots of the round in hand open (a later call finishes them).
+/// attempt left open; returns how many keys moved. Past `deadline` it stops (between rounds, or
+/// between two `MIGRATE`s of a slot with many keys) with an error, leaving the slots in hand
+/// open (a later call finishes them).
 pub async fn move_keys(ends: &KeyMove<'_>, slots: &[SlotRange], deadline: Duration) -> Result<u64> {
     let started = Instant::now();
+    let until = Until {
+        started,
+        at: started + deadline,
+    };
     let source_id = ends.source.my_id().await?;
     let target_id = ends.target.my_id().await?;
     let wanted: Vec<u16> = slots.iter().flat_map(|r| r.start..=r.end).collect();
@@ -119,7 +124,7 @@ pub async fn move_keys(ends: &KeyMove<'_>, slots: &[SlotRange], deadline: Durati
             });
         }
         let states = states(ends, &source_id, &target_id, round).await?;
-        moved += move_round(ends, &source_id, &target_id, &states).await?;
+        moved += move_round(ends, &source_id, &target_id, &states, until).await?;
     }
     Ok(moved)
 }
@@ -129,6 +134,13 @@ fn remaining(wanted: &[u16], round: &[u16]) -> usize {
         .first()
         .and_then(|first| wanted.iter().position(|s| s == first));
     wanted.len() - done.unwrap_or(0)
+}
+
+/// When a [`move_keys`] began, and when it must stop.
+#[derive(Clone, Copy)]
+struct Until {
+    started: Instant,
+    at: Instant,
 }
 
 /// Each slot's state, from both ends' own lines of `CLUSTER NODES`.
@@ -162,7 +174,10 @@ async fn states(
                     migrating,
                 }
             } else if owns(&target, slot) {
-                SlotState::AtTarget { migrating }
+                SlotState::AtTarget {
+                    importing,
+                    migrating,
+                }
             } else {
                 SlotState::Elsewhere {
                     importing,
@@ -189,11 +204,13 @@ async fn move_round(
     source_id: &str,
     target_id: &str,
     states: &[(u16, SlotState)],
+    until: Until,
 ) -> Result<u64> {
     let mut import = Vec::new();
     let mut migrate = Vec::new();
     let mut hand_over = Vec::new();
     let mut source_done = Vec::new();
+    let mut target_done = Vec::new();
     let mut close_target = Vec::new();
     let mut close_source = Vec::new();
     for &(slot, state) in states {
@@ -210,8 +227,19 @@ async fn move_round(
                 }
                 hand_over.push(slot);
             }
-            SlotState::AtTarget { migrating: true } => source_done.push(slot),
-            SlotState::AtTarget { migrating: false } => {}
+            SlotState::AtTarget {
+                importing,
+                migrating,
+            } => {
+                // `SETSLOT … NODE` to itself closes the target's side; to the target, the
+                // source's.
+                if importing {
+                    target_done.push(slot);
+                }
+                if migrating {
+                    source_done.push(slot);
+                }
+            }
             SlotState::Elsewhere {
                 importing,
                 migrating,
@@ -231,9 +259,10 @@ async fn move_round(
     set_slots(&source, &migrate, &["MIGRATING", target_id]).await?;
     let mut moved = 0;
     for &slot in &hand_over {
-        moved += move_slot_keys(ends, slot).await?;
+        moved += move_slot_keys(ends, slot, until).await?;
     }
-    set_slots(&target, &hand_over, &["NODE", target_id]).await?;
+    target_done.extend(&hand_over);
+    set_slots(&target, &target_done, &["NODE", target_id]).await?;
     source_done.extend(&hand_over);
     set_slots(&source, &source_done, &["NODE", target_id]).await?;
     set_slots(&target, &close_target, &["STABLE"]).await?;
@@ -261,10 +290,19 @@ async fn set_slots(pool: &[&NodeClient], slots: &[u16], what: &[&str]) -> Result
     Ok(())
 }
 
-/// Moves every key of `slot` from the source to the target; how many.
-async fn move_slot_keys(ends: &KeyMove<'_>, slot: u16) -> Result<u64> {
+/// Moves every key of `slot` from the source to the target; how many. Stops with an error
+/// past `until`, the slot left open.
+async fn move_slot_keys(ends: &KeyMove<'_>, slot: u16, until: Until) -> Result<u64> {
     let mut moved = 0;
     loop {
+        if Instant::now() >= until.at {
+            return Err(EngineError::Deadline {
+                node: ends.source.addr().to_owned(),
+                command: "MIGRATE".into(),
+                waited: until.started.elapsed(),
+                last: format!("slot {slot} still holds keys after {moved} moved"),
+            });
+        }
         let keys: Vec<Vec<u8>> = ends
             .source
             .call(

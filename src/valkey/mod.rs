@@ -116,6 +116,21 @@ impl EngineError {
     pub fn is_stranger(&self) -> bool {
         matches!(self, EngineError::Stranger { .. })
     }
+
+    /// The node did not answer (no reply in time, the connection refused or dropped), as
+    /// opposed to answering something: what counts as silence.
+    pub fn is_silence(&self) -> bool {
+        match self {
+            EngineError::Timeout { .. } | EngineError::Deadline { .. } => true,
+            EngineError::Command { source, .. } => {
+                source.is_io_error()
+                    || source.is_timeout()
+                    || source.is_connection_dropped()
+                    || source.is_connection_refusal()
+            }
+            _ => false,
+        }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, EngineError>;
@@ -583,9 +598,8 @@ pub async fn forget_everywhere(remaining: &[NodeClient], node_id: &str) -> Resul
     results.into_iter().collect()
 }
 
-/// The command's name and first arguments, for error messages (never values or passwords).
-/// Commands sent to any node since the process started, by their first two words (a fixed
-/// few: only the operator's own code builds commands).
+/// Commands sent to any node since the process started, by [`describe`] (a fixed few: only the
+/// operator's own code builds commands, and no address or name is in the words).
 static SENT: std::sync::Mutex<std::collections::BTreeMap<String, u64>> =
     std::sync::Mutex::new(std::collections::BTreeMap::new());
 
@@ -607,14 +621,23 @@ pub fn commands_sent() -> Vec<(String, u64)> {
         .collect()
 }
 
+/// Commands whose second word names what they do (`CLUSTER NODES`, `INFO REPLICATION`).
+const WITH_SUBCOMMANDS: [&str; 5] = ["CLUSTER", "CONFIG", "ACL", "CLIENT", "INFO"];
+
+/// The command's name, and its subcommand where it has one: for error messages and the
+/// metric's label (never a value, an address, a name or a password).
 fn describe(cmd: &Cmd) -> String {
-    let mut words = Vec::new();
-    for arg in cmd.args_iter().take(2) {
-        if let redis::Arg::Simple(bytes) = arg {
-            words.push(String::from_utf8_lossy(bytes).to_uppercase());
-        }
+    let mut words = cmd.args_iter().filter_map(|arg| match arg {
+        redis::Arg::Simple(bytes) => Some(String::from_utf8_lossy(bytes).to_uppercase()),
+        _ => None,
+    });
+    let Some(name) = words.next() else {
+        return String::new();
+    };
+    match words.next() {
+        Some(sub) if WITH_SUBCOMMANDS.contains(&name.as_str()) => format!("{name} {sub}"),
+        _ => name,
     }
-    words.join(" ")
 }
 
 #[cfg(test)]
@@ -636,7 +659,7 @@ mod tests {
             "CLUSTER FAILOVER",
             "CLUSTER MEET",
             "CLUSTER SETSLOT",
-            "MIGRATE 127.0.0.2",
+            "MIGRATE",
             "ACL SETUSER",
             "CONFIG SET",
             "SOMETHING NEW",

@@ -215,7 +215,11 @@ impl ClusterNode {
 /// `"5"` or `"0-100"` (with `separator` between the ends).
 fn parse_range(text: &str, separator: char) -> Option<SlotRange> {
     match text.split_once(separator) {
-        Some((start, end)) => Some(SlotRange::new(start.parse().ok()?, end.parse().ok()?)),
+        Some((start, end)) => {
+            let (start, end): (u16, u16) = (start.parse().ok()?, end.parse().ok()?);
+            // A range written backwards is no range (and would count below zero).
+            (start <= end).then(|| SlotRange::new(start, end))
+        }
         None => {
             let slot = text.parse().ok()?;
             Some(SlotRange::new(slot, slot))
@@ -370,6 +374,13 @@ mod tests {
         assert_eq!(keyspace_keys(text), Some(1505));
         assert_eq!(keyspace_keys("# Keyspace\r\n"), Some(0));
         assert_eq!(keyspace_keys("db0:keys=x"), None);
+    }
+
+    #[test]
+    fn a_slot_range_written_backwards_is_no_range() {
+        let line = "abc 127.0.0.1:6379@16379 myself,master - 0 0 1 connected 100-5";
+        assert_eq!(ClusterNode::parse(line), None);
+        assert_eq!(parse_range("5-100", '-').map(|r| r.count()), Some(96));
     }
 
     #[test]
