@@ -90,7 +90,9 @@ pub enum Command {
         /// The CA of the client certificate the API server presents to webhooks (PEM). With it,
         /// a webhook request from a caller that presents no certificate signed by this CA is
         /// refused (403), and the eviction webhook trusts that an eviction is real. Without it,
-        /// a primary is handed over only for an eviction from a Node being drained.
+        /// a primary is handed over only for an eviction from a Node being drained. The CA must
+        /// sign that certificate alone: any certificate it signs is taken for the API server
+        /// (not the cluster's client CA, which also signs kubelets' and users' certificates).
         #[arg(long, env = "VALKEY_OPERATOR_WEBHOOK_CLIENT_CA")]
         webhook_client_ca: Option<PathBuf>,
         /// Namespace of the operator's ConfigMap (valkey-operator-config) and leader Lease.

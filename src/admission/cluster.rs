@@ -11,10 +11,8 @@ use super::impact::{config_ref_image_change, judge_config_ref_switch};
 use super::version::check_floor;
 use super::{Policy, Review, Verdict, clip};
 use crate::acl;
-use crate::api::bounds::{
-    Problem, acl_expansion_problems, acl_syntax_problems, cap_problems, cluster_problems,
-};
-use crate::api::{RESERVED_PREFIX, ValkeyCluster, ValkeyClusterSpec};
+use crate::api::bounds::{Problem, acl_syntax_problems, cap_problems, cluster_problems};
+use crate::api::{AclUser, RESERVED_PREFIX, ValkeyCluster, ValkeyClusterSpec};
 use crate::fleet::Fleet;
 use crate::resolve::{self, ResolveError};
 
@@ -133,7 +131,9 @@ fn check_acl(spec: &ValkeyClusterSpec, fleet: &Fleet, verdict: &mut Verdict) {
 }
 
 /// The users' rules, as the roles stand now, stay within the bounds of [`acl::Cost`]; an
-/// update is refused only for what it makes worse.
+/// update of a cluster already past them (made before the bounds, or by a role that grew) is
+/// refused only for what it makes worse: a user past the bound that grows (or is new), or all
+/// users past the bound together growing.
 fn check_acl_expansion(
     spec: &ValkeyClusterSpec,
     old: Option<&ValkeyClusterSpec>,
@@ -141,12 +141,21 @@ fn check_acl_expansion(
     verdict: &mut Verdict,
 ) {
     let role = |name: &str| fleet.role_cost(name);
-    let known = old
-        .map(|old| acl_expansion_problems(&old.acl, role))
-        .unwrap_or_default();
-    for problem in acl_expansion_problems(&spec.acl, role) {
-        if !known.contains(&problem) {
-            verdict.deny(problem.to_string());
+    let cost = |user: &AclUser| acl::UserCost::of(user).with_roles(role);
+    let old_users = old.map(|old| old.acl.as_slice()).unwrap_or_default();
+    let before = |username: &str| old_users.iter().find(|u| u.username == username).map(&cost);
+    let total = |users: &[AclUser]| users.iter().map(|u| cost(u).bytes).sum::<usize>();
+    let costs: Vec<acl::UserCost> = spec.acl.iter().map(acl::UserCost::of).collect();
+    for (index, message) in acl::cost_problems(&costs, role) {
+        let worse = match index.and_then(|i| spec.acl.get(i)) {
+            // One user: worse if it is new or its rules grew.
+            Some(user) => before(&user.username).is_none_or(|was| cost(user).tokens > was.tokens),
+            // All users together: worse if they grew.
+            None => old.is_none() || total(&spec.acl) > total(old_users),
+        };
+        let field = index.map_or("spec.acl".to_owned(), |i| format!("spec.acl[{i}]"));
+        if worse {
+            verdict.deny(format!("{field}: {message}"));
         }
     }
 }

@@ -40,7 +40,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -218,17 +218,38 @@ const CONDITION_TAINTS: [&str; 6] = [
     "node.kubernetes.io/network-unavailable",
 ];
 
-/// Whether a Node is being drained: cordoned, or tainted so that Pods leave or stay away (what
-/// the cluster autoscaler and Karpenter do), other than for its own condition.
-pub fn draining(node: &Node) -> bool {
+/// Whether `pod`'s Node is being drained: cordoned, or tainted so that Pods leave or stay away
+/// (what the cluster autoscaler and Karpenter do), other than for its own condition, by a
+/// taint the Pod does not tolerate. (A pool's standing taint, `dedicated=valkey:NoSchedule`
+/// say, is one its Pods tolerate: no drain.)
+pub fn draining(node: &Node, pod: &Pod) -> bool {
     let Some(spec) = node.spec.as_ref() else {
         return false;
     };
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
     spec.unschedulable == Some(true)
         || spec.taints.iter().flatten().any(|taint| {
             matches!(taint.effect.as_str(), "NoSchedule" | "NoExecute")
                 && !CONDITION_TAINTS.contains(&taint.key.as_str())
+                && !tolerations.iter().any(|t| tolerates(t, taint))
         })
+}
+
+/// Kubernetes' rule: an empty effect tolerates every effect, an empty key with `Exists` every
+/// key; `Exists` any value, `Equal` (the default) only the same value.
+fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
+    let effect = toleration.effect.as_deref().unwrap_or_default();
+    let key = toleration.key.as_deref().unwrap_or_default();
+    let exists = toleration.operator.as_deref() == Some("Exists");
+    (effect.is_empty() || effect == taint.effect)
+        && ((key.is_empty() && exists) || key == taint.key)
+        && (exists
+            || toleration.value.as_deref().unwrap_or_default()
+                == taint.value.as_deref().unwrap_or_default())
 }
 
 fn is_ready(pod: &Pod) -> bool {
@@ -374,7 +395,7 @@ async fn look_up(
             Some(host) => Api::<Node>::all(client.clone()).get_opt(&host).await?,
             None => None,
         };
-        if host.as_ref().is_some_and(draining) {
+        if host.as_ref().is_some_and(|host| draining(host, &pod)) {
             Confirmation::NodeDraining
         } else {
             Confirmation::Unconfirmed

@@ -1,6 +1,6 @@
 //! [`decide`] on hand-built Pods, clusters and nodes: each check in its order.
 
-use k8s_openapi::api::core::v1::{NodeSpec, PodCondition, PodStatus, Taint};
+use k8s_openapi::api::core::v1::{NodeSpec, PodCondition, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::ObjectMeta;
 
@@ -187,23 +187,78 @@ fn a_node_is_draining_when_cordoned_or_tainted_to_keep_pods_away() {
         ..Default::default()
     };
     let node = |unschedulable, effect| tainted(unschedulable, "karpenter.sh/disrupted", effect);
+    let any = Pod::default();
     // An unhealthy Node is tainted by Kubernetes itself: that is no drain.
-    assert!(!draining(&tainted(
-        None,
-        "node.kubernetes.io/not-ready",
-        Some("NoSchedule")
-    )));
-    assert!(!draining(&tainted(
-        None,
-        "node.kubernetes.io/unreachable",
-        Some("NoExecute")
-    )));
-    assert!(draining(&node(Some(true), None)));
-    assert!(draining(&node(None, Some("NoSchedule"))));
-    assert!(draining(&node(None, Some("NoExecute"))));
-    assert!(!draining(&node(None, Some("PreferNoSchedule"))));
-    assert!(!draining(&node(Some(false), None)));
-    assert!(!draining(&Node::default()));
+    assert!(!draining(
+        &tainted(None, "node.kubernetes.io/not-ready", Some("NoSchedule")),
+        &any
+    ));
+    assert!(!draining(
+        &tainted(None, "node.kubernetes.io/unreachable", Some("NoExecute")),
+        &any
+    ));
+    assert!(draining(&node(Some(true), None), &any));
+    assert!(draining(&node(None, Some("NoSchedule")), &any));
+    assert!(draining(&node(None, Some("NoExecute")), &any));
+    assert!(!draining(&node(None, Some("PreferNoSchedule")), &any));
+    assert!(!draining(&node(Some(false), None), &any));
+    assert!(!draining(&Node::default(), &any));
+
+    // A pool's standing taint that the Pod tolerates is no drain; a drain's taint still is.
+    let pool = Node {
+        spec: Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: "dedicated".into(),
+                value: Some("valkey".into()),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let tolerating = |key: Option<&str>, operator: Option<&str>, value: Option<&str>| Pod {
+        spec: Some(PodSpec {
+            tolerations: Some(vec![Toleration {
+                key: key.map(String::from),
+                operator: operator.map(String::from),
+                value: value.map(String::from),
+                effect: Some("NoSchedule".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert!(
+        draining(&pool, &any),
+        "not tolerated: it keeps the Pod away"
+    );
+    assert!(!draining(
+        &pool,
+        &tolerating(Some("dedicated"), None, Some("valkey"))
+    ));
+    assert!(!draining(
+        &pool,
+        &tolerating(Some("dedicated"), Some("Exists"), None)
+    ));
+    assert!(!draining(&pool, &tolerating(None, Some("Exists"), None)));
+    assert!(draining(
+        &pool,
+        &tolerating(Some("dedicated"), None, Some("cache"))
+    ));
+    let mut drained = pool.clone();
+    if let Some(taints) = drained.spec.as_mut().and_then(|s| s.taints.as_mut()) {
+        taints.push(Taint {
+            key: "ToBeDeletedByClusterAutoscaler".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        });
+    }
+    assert!(draining(
+        &drained,
+        &tolerating(Some("dedicated"), None, Some("valkey"))
+    ));
 }
 
 #[test]

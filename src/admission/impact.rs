@@ -148,7 +148,7 @@ pub fn judge_config_change(
             "All of them start rolling immediately; nothing staggers them (each cluster rolls one shard at a time).",
         );
         verdict.warn(clip(format!(
-            "To stage instead: set spec.rollout on ValkeyConfig {config_name} (maxConcurrent; waves by the {WAVE_ANNOTATION} annotation), \
+            "To stage instead: set spec.rollout on ValkeyConfig {config_name} (maxConcurrent; waves naming clusters), \
              or copy it as {config_name}-v2 on the new image and move clusters one at a time by spec.configRef."
         )));
     }
@@ -157,8 +157,17 @@ pub fn judge_config_change(
             Some(cap) => format!("at most {cap} rolling at once"),
             None => "no cap on how many roll at once".to_owned(),
         };
+        let waves = match (rollout.waves.len(), rollout.allow_wave_annotation) {
+            (0, false) => "in one wave".to_owned(),
+            (0, true) => format!("in waves by the {WAVE_ANNOTATION} annotation"),
+            (n, false) => format!("in {} named first, the rest last", plural(n, "wave")),
+            (n, true) => format!(
+                "in {} named first, then by the {WAVE_ANNOTATION} annotation, the rest last",
+                plural(n, "wave")
+            ),
+        };
         verdict.warn(clip(format!(
-            "{} paced by ValkeyConfig {group}'s spec.rollout: {cap}, in waves by the {WAVE_ANNOTATION} annotation (clusters without it last).",
+            "{} paced by ValkeyConfig {group}'s spec.rollout: {cap}, {waves}.",
             plural(*count, "ValkeyCluster"),
         )));
         verdict.warn(clip(format!(

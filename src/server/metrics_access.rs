@@ -35,7 +35,7 @@ pub enum MetricsAccess {
 /// Answers kept for a minute (a refusal for [`REFUSAL_KEPT`]).
 const ALLOWED_KEPT: Duration = Duration::from_secs(60);
 const REFUSAL_KEPT: Duration = Duration::from_secs(10);
-/// At most this many tokens' answers are kept; the oldest goes first.
+/// At most this many tokens' answers are kept; refusals go first, then the oldest.
 pub const MAX_KEPT: usize = 1024;
 /// At most this many reviews run at once.
 pub const MAX_REVIEWS: usize = 4;
@@ -136,10 +136,17 @@ impl Reviews {
     fn keep(&self, key: [u8; 32], verdict: Verdict, now: Instant) {
         let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         kept.retain(|_, (at, _)| now.saturating_duration_since(*at) < ALLOWED_KEPT);
+        // Full: a refusal goes first (anyone can make those by the thousand with made-up
+        // tokens; an allowed answer, like Prometheus's, takes a token the API server vouches
+        // for), then the oldest.
+        let evicted = kept
+            .iter()
+            .min_by_key(|(_, (at, verdict))| (*verdict == Verdict::Allowed, *at))
+            .map(|(k, _)| *k);
         if kept.len() >= MAX_KEPT
-            && let Some(oldest) = kept.iter().min_by_key(|(_, (at, _))| *at).map(|(k, _)| *k)
+            && let Some(evicted) = evicted
         {
-            kept.remove(&oldest);
+            kept.remove(&evicted);
         }
         kept.insert(key, (now, verdict));
     }
@@ -227,5 +234,11 @@ mod tests {
             reviews.keep(key(1000 + n), Verdict::Forbidden, at(1));
         }
         assert!(reviews.kept.lock().unwrap().len() <= MAX_KEPT);
+        // A flood of made-up tokens does not push out an allowed caller's answer.
+        assert_eq!(
+            reviews.kept(&key(1), at(30)),
+            Some(Verdict::Allowed),
+            "the oldest, but allowed"
+        );
     }
 }

@@ -349,3 +349,70 @@ fn a_key_pattern_that_would_grant_more_is_refused_naming_the_field() {
     );
     assert!(verdict.allowed(), "{}", joined(&verdict));
 }
+
+#[test]
+fn a_cluster_past_the_acl_bound_may_shrink_but_not_grow() {
+    let mut fleet = fleet();
+    // A role that grew after the cluster granted it: 150 commands, one token each per grant.
+    let commands = (0..150)
+        .map(|i| Permission {
+            name: format!("c{i}"),
+            access: Access::Allow,
+        })
+        .collect();
+    fleet.upsert_role(
+        "wide",
+        ValkeyRoleSpec {
+            categories: vec![],
+            commands,
+        },
+    );
+    let user = |grants: usize| AclUser {
+        username: "app".into(),
+        password_hashes: vec![],
+        password_secret_ref: None,
+        permissions: (0..grants)
+            .map(|i| AclPermission {
+                role_ref: "wide".into(),
+                keys: vec![KeyPermission {
+                    pattern: format!("k{i}:*"),
+                    access: KeyAccess::Readwrite,
+                }],
+            })
+            .collect(),
+    };
+    let with = |grants: usize| {
+        let mut c = cluster("team-a", "orders", "standard");
+        c.spec.acl = vec![user(grants)];
+        c
+    };
+    let update = |new: &ValkeyCluster, old: &ValkeyCluster| {
+        validate_cluster(
+            &review(Operation::Update, "orders", Some(new), Some(old)),
+            &fleet,
+            &Policy::default(),
+        )
+    };
+    let created = validate_cluster(
+        &review(Operation::Create, "orders", Some(&with(30)), None),
+        &fleet,
+        &Policy::default(),
+    );
+    assert!(
+        joined(&created).starts_with("spec.acl[0]: expands to")
+            && joined(&created).contains("at most 4096 per user"),
+        "{}",
+        joined(&created)
+    );
+    assert!(
+        update(&with(29), &with(30)).allowed(),
+        "smaller, though still past the bound"
+    );
+    let grown = update(&with(31), &with(30));
+    assert!(!grown.allowed(), "larger");
+    assert!(
+        joined(&grown).contains("at most 4096 per user"),
+        "{}",
+        joined(&grown)
+    );
+}

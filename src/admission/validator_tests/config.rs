@@ -291,7 +291,7 @@ fn a_paced_change_says_how_it_is_paced_and_what_it_does_to_each_cluster() {
     let all = verdict.warnings.join("\n");
     assert!(
         all.contains(
-            "3 ValkeyClusters paced by ValkeyConfig standard's spec.rollout: at most 1 rolling at once"
+            "3 ValkeyClusters paced by ValkeyConfig standard's spec.rollout: at most 1 rolling at once, in 1 wave named first, the rest last."
         ),
         "{all}"
     );
