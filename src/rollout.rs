@@ -179,6 +179,9 @@ pub enum WaitFor {
     Capped {
         rolling: u32,
     },
+    /// Some of the cluster's own nodes refuse the operator's login: it is stuck for a cause of
+    /// its own (the controller's gate says so, not [`gate`]), and rolls on once they let it in.
+    LoginRefused,
 }
 
 impl WaitFor {
@@ -190,6 +193,7 @@ impl WaitFor {
             WaitFor::Halted { .. } => "RolloutHalted",
             WaitFor::EarlierWave { .. } => "WaitingForWave",
             WaitFor::Capped { .. } => "RolloutCapped",
+            WaitFor::LoginRefused => "LoginRefused",
         }
     }
 }
@@ -219,6 +223,9 @@ impl fmt::Display for WaitFor {
             WaitFor::Capped { rolling } => write!(
                 f,
                 "{rolling} clusters of the rollout are rolling, its maxConcurrent"
+            ),
+            WaitFor::LoginRefused => f.write_str(
+                "some of its nodes refuse the operator's login: it rolls on once they let it in",
             ),
         }
     }

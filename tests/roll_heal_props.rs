@@ -101,6 +101,7 @@ fn node(
         unfinished_moves: Vec::new(),
         stranger: false,
         locked_out: false,
+        unreadable: false,
         handover_requested: false,
         terminated: false,
         hung: false,

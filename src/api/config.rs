@@ -115,12 +115,14 @@ pub struct FleetStatus {
     pub rolling: u32,
     /// Outdated and waiting for their turn (a cap, a wave, a pause, a halt).
     pub queued: u32,
-    /// Stalled (which halts a rollout with a policy).
+    /// Stalled: on the change itself (which halts a rollout with a policy), or for a cause of
+    /// the cluster's own (which halts nobody).
     pub stalled: u32,
     /// `Complete`, `Rolling`, `Paused` or `Halted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<String>,
-    /// `Halted`: True (reason `RollStalled`) while a stalled cluster holds the rollout back.
+    /// `Halted`: True (reason `RollStalled`) while a cluster stalled on the change holds the
+    /// rollout back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

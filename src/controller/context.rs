@@ -45,6 +45,8 @@ pub struct Context {
     pub stopwatches: super::stopwatch::Stopwatches,
     /// Since when each node has not answered (see [`super::silence`]).
     pub silence: super::silence::Silence,
+    /// Joiners of the new revision lost before they joined (see [`super::lost_joins`]).
+    pub lost_joins: super::lost_joins::LostJoins,
     /// Every cluster's standing in its fleet rollout (see [`super::rollouts`]).
     pub rollouts: Arc<super::rollouts::Rollouts>,
     /// Wakes a cluster (the controller reconciles each key sent), e.g. a queued cluster of a

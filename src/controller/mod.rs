@@ -23,6 +23,7 @@ pub mod fence;
 pub mod host;
 pub mod leader;
 pub mod live;
+pub mod lost_joins;
 pub mod membership;
 pub mod node_cache;
 pub mod observe;
@@ -258,6 +259,7 @@ pub async fn run(
         cluster_cache: Default::default(),
         node_cache: Default::default(),
         settled: Default::default(),
+        lost_joins: Default::default(),
         certificate_versions: Default::default(),
         known_credentials: Default::default(),
         secret_versions: Default::default(),
@@ -283,6 +285,7 @@ pub async fn run(
         context.secret_versions.clear();
         context.stopwatches.clear();
         context.silence.clear();
+        context.lost_joins.clear();
         context.rollouts.clear();
         context.metrics.leading(true);
         let mut lost = leading.clone();

@@ -285,6 +285,7 @@ pub fn memory_of(status: &ValkeyClusterStatus) -> RollMemory {
     RollMemory {
         revision: roll.revision,
         failover_attempts,
+        lost_joins: 0,
     }
 }
 

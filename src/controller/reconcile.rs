@@ -13,8 +13,9 @@
 //!    on, and once converged, settings applied in place;
 //! 7. **update status**: one server-side apply, then requeue by cause.
 //!
-//! Membership and act run only while this replica's leadership still holds by its own clock
-//! ([`Context::fence`]): a pass that outlived it (a paused process) writes nothing to Valkey.
+//! Every write of a pass, to a Valkey node or to the API server, is sent only while this
+//! replica's leadership still holds by its own clock, checked right before it is sent (see
+//! [`super::fence`]): a pass that outlived it (a paused process) writes nothing.
 //!
 //! A settled cluster's periodic pass is none of that: it asks its Valkey nodes only, and goes
 //! on to the full pipeline when they answer differently (see [`super::settled`]).
@@ -47,6 +48,7 @@ use crate::api::annotations::RETRY_FAILOVERS;
 use crate::api::bounds::{Problem, cluster_problems};
 use crate::api::{ValkeyCluster, ValkeyClusterStatus};
 use crate::credentials::{Rotation, secret_name};
+use crate::execute::acl::DesiredAcl;
 use crate::execute::{self, NodeHost, StepInputs, observe::observe};
 use crate::fleet::ClusterKey;
 use crate::resolve::{self, EffectiveConfig};
@@ -192,6 +194,9 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     };
     let desired = desired_shape(cluster, &render);
     let mut memory = memory_of(&stored.status);
+    memory.lost_joins = ctx
+        .lost_joins
+        .count(&cluster_key(cluster), &desired, &observed);
     allow_more_failovers(ctx, cluster, &namespace, &mut host, &mut memory).await?;
     let step = {
         let fleet = ctx.fleet.read().unwrap_or_else(|p| p.into_inner());
@@ -239,57 +244,16 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         &desired,
     );
     let members = host.members();
-    // Whether nothing is left to do on the nodes: with a converged step, the cluster settles.
-    let mut quiet = false;
-    // Users on every pass, so a removed user or rotated password holds during a long roll.
-    let applied = live::apply_acl(
-        &ctx.applied_acl,
-        &cluster_key(cluster),
-        &members,
-        &observed,
-        &users,
-        &reach,
-    )
-    .await;
-    let rotation_quiet = login.credentials.rotation == Rotation::Steady && !login.rotate_asked;
-    let rotated = credentials::advance(
-        &ctx.client,
-        &namespace,
-        &cluster.name_any(),
-        &login,
-        applied.everywhere,
-        &ctx.known_credentials,
-    )
-    .await;
-    match rotated {
-        Ok(Some(stage)) => {
-            let event = ClusterEvent::CredentialsRotation { stage };
-            publish(&ctx.recorder, cluster, &event).await;
-        }
-        Ok(None) if rotation_quiet => quiet = true,
-        Ok(None) => {}
-        // Tried again next pass; the nodes keep accepting both passwords meanwhile.
-        Err(error) => {
-            tracing::warn!(cluster = %cluster.name_any(), %error, "could not move the credentials rotation on")
-        }
-    }
-    if let Some(version) = &certificate {
-        let reloads = live::reload_certificates(
-            &ctx.applied_tls,
-            &ctx.certificate_versions,
-            &cluster_key(cluster),
-            &members,
-            &observed,
-            version,
-            &reach,
-        )
-        .await;
-        let name = cluster.name_any();
-        ctx.metrics
-            .node_certificate_reloads(&namespace, &name, reloads.ok, reloads.failed);
-        // Reloads repeat each pass for a while after a Secret change.
-        quiet &= reloads == Reloads::default();
-    }
+    let live = LivePass {
+        cluster,
+        namespace: &namespace,
+        members: &members,
+        observed: &observed,
+        users: &users,
+        reach: &reach,
+        step: &step,
+    };
+    let (applied, quiet) = live_stage(ctx, &live, &login, certificate.as_deref(), &render).await;
     let acl = acl_applied(&unbuilt, &applied.refusals);
     if newly_failing(&stored.status.conditions, &acl) {
         let problem = acl.message.clone();
@@ -297,17 +261,6 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
             &ctx.recorder,
             cluster,
             &ClusterEvent::AclNotApplied { problem },
-        )
-        .await;
-    }
-    if matches!(step, Step::Converged) {
-        live::apply_settings(
-            &ctx.applied_settings,
-            &cluster_key(cluster),
-            &members,
-            &observed,
-            &render.live_settings(),
-            &reach,
         )
         .await;
     }
@@ -359,6 +312,93 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     // Only a pass that got this far resets the backoff: one waiting for its config keeps it.
     ctx.backoff.succeeded(&cluster_key(cluster));
     Ok(requeue_after(&step, stalled_for.unwrap_or_default()))
+}
+
+/// What the live stage works on: the pass's members, as observed, and the users they get.
+struct LivePass<'a> {
+    cluster: &'a ValkeyCluster,
+    namespace: &'a str,
+    members: &'a [execute::Member],
+    observed: &'a [crate::roll::ObservedNode],
+    users: &'a DesiredAcl,
+    reach: &'a Reach,
+    step: &'a Step,
+}
+
+/// Stage 6, live: the users on every pass (so a removed user or a rotated password holds
+/// during a long roll), the credentials rotation moved on, certificate reloads while a
+/// Secret change is recent, and once converged, settings applied in place. Returns the users'
+/// outcome, and whether nothing is left to redo on the nodes (with a converged step, the
+/// cluster settles).
+async fn live_stage(
+    ctx: &Context,
+    pass: &LivePass<'_>,
+    login: &credentials::Read,
+    certificate: Option<&str>,
+    render: &ClusterRender<'_>,
+) -> (live::AclOutcome, bool) {
+    let key = cluster_key(pass.cluster);
+    let name = pass.cluster.name_any();
+    let mut quiet = false;
+    let applied = live::apply_acl(
+        &ctx.applied_acl,
+        &key,
+        pass.members,
+        pass.observed,
+        pass.users,
+        pass.reach,
+    )
+    .await;
+    let rotation_quiet = login.credentials.rotation == Rotation::Steady && !login.rotate_asked;
+    let rotated = credentials::advance(
+        &ctx.client,
+        pass.namespace,
+        &name,
+        login,
+        applied.everywhere,
+        &ctx.known_credentials,
+    )
+    .await;
+    match rotated {
+        Ok(Some(stage)) => {
+            let event = ClusterEvent::CredentialsRotation { stage };
+            publish(&ctx.recorder, pass.cluster, &event).await;
+        }
+        Ok(None) if rotation_quiet => quiet = true,
+        Ok(None) => {}
+        // Tried again next pass; the nodes keep accepting both passwords meanwhile.
+        Err(error) => {
+            tracing::warn!(cluster = %name, %error, "could not move the credentials rotation on")
+        }
+    }
+    if let Some(version) = certificate {
+        let reloads = live::reload_certificates(
+            &ctx.applied_tls,
+            &ctx.certificate_versions,
+            &key,
+            pass.members,
+            pass.observed,
+            version,
+            pass.reach,
+        )
+        .await;
+        ctx.metrics
+            .node_certificate_reloads(pass.namespace, &name, reloads.ok, reloads.failed);
+        // Reloads repeat each pass for a while after a Secret change.
+        quiet &= reloads == Reloads::default();
+    }
+    if matches!(pass.step, Step::Converged) {
+        live::apply_settings(
+            &ctx.applied_settings,
+            &key,
+            pass.members,
+            pass.observed,
+            &render.live_settings(),
+            pass.reach,
+        )
+        .await;
+    }
+    (applied, quiet)
 }
 
 /// Whether the Pod mounts the Secret `secret` (a Pod made by an older operator has no
@@ -523,6 +563,7 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     ctx.metrics.forget_cluster(&namespace, &cluster.name_any());
     ctx.stopwatches.forget(&cluster_key(cluster));
     ctx.silence.forget(&cluster_key(cluster));
+    ctx.lost_joins.forget(&cluster_key(cluster));
     ctx.rollouts.forget(&cluster_key(cluster));
     ctx.applied_acl.forget(&cluster_key(cluster));
     ctx.applied_tls.forget(&cluster_key(cluster));

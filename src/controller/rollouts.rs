@@ -22,12 +22,10 @@ use super::status::{self, ConditionType, Reason, set_condition};
 use crate::api::{FleetStatus, ValkeyCluster, ValkeyConfig, ValkeyImage};
 use crate::fleet::{ClusterKey, Fleet};
 use crate::resolve::{self, Catalog, EffectiveConfig};
-use crate::roll::{
-    DesiredShape, JoinBlocker, Lifecycle, ObservedNode, Role, StallReason, Step, WaitReason,
-};
+use crate::roll::{DesiredShape, Lifecycle, ObservedNode, Role, StallReason, Step, WaitReason};
 use crate::rollout::{
-    Asking, LEARNING, Policy, Progress, Standing, Tally, Verdict, WAVE_ANNOTATION, Wave, gate,
-    tallies, wave_of,
+    Asking, LEARNING, Policy, Progress, Standing, Tally, Verdict, WAVE_ANNOTATION, WaitFor, Wave,
+    gate, tallies, wave_of,
 };
 use crate::setting_impact::needs_restart;
 
@@ -186,9 +184,17 @@ pub fn gated(
     let started = started(observed, desired);
     let held = advances_a_roll(&step, observed, desired);
     // Nodes that refuse the operator's login (its Secret or its users changed by hand): the
-    // cluster cannot move, for a cause of its own.
+    // cluster is stuck for a cause of its own. It is healed, but its roll waits: it holds no
+    // place under a cap, so it must not move one on.
     let locked_out = observed.iter().any(|o| o.locked_out);
-    if matches!(step, Step::Stalled { .. }) || !outdated || !held || locked_out {
+    if locked_out && outdated && held {
+        standing.progress = Progress::Stuck;
+        rollouts.record(&key, standing);
+        return Step::Wait {
+            reason: WaitReason::Rollout(WaitFor::LoginRefused),
+        };
+    }
+    if matches!(step, Step::Stalled { .. }) || !outdated || !held {
         standing.progress = match (&step, outdated) {
             (_, true) if locked_out => Progress::Stuck,
             // Only a stall of the change itself halts the rollout; one for a cause of the
@@ -225,21 +231,21 @@ pub fn gated(
     }
 }
 
-/// Whether a stall is the change's own doing: a node on the new revision that never came up
-/// (never answered), or a failover onto one that never took effect. A stall over the cluster's
-/// own state (a dead primary, silent copies, two primaries) is not.
+/// Whether a stall is the change's own doing: a node on the new revision that never became a
+/// ready member (whatever held it up: it never answered, never synced, never caught up), new
+/// nodes that keep dying while they join, or a failover onto one that never took effect. A
+/// stall over the cluster's own state (a dead primary, silent copies, two primaries, a node
+/// that refuses the login or a stranger at its address) is not.
 fn stall_of_the_change(
     reason: &StallReason,
     observed: &[ObservedNode],
     desired: &DesiredShape,
 ) -> bool {
     match reason {
-        StallReason::FailoverIncomplete { .. } | StallReason::AlreadyFailedOver { .. } => true,
-        StallReason::JoinOverdue {
-            node,
-            blocker: JoinBlocker::Unreachable,
-            ..
-        } => observed
+        StallReason::FailoverIncomplete { .. }
+        | StallReason::AlreadyFailedOver { .. }
+        | StallReason::JoinsLost { .. } => true,
+        StallReason::JoinOverdue { node, .. } => observed
             .iter()
             .any(|o| o.name == *node && o.is_up_to_date(desired) && !o.locked_out && !o.stranger),
         _ => false,

@@ -188,6 +188,7 @@ mod tests {
             unfinished_moves: Vec::new(),
             stranger: false,
             locked_out: false,
+            unreadable: false,
             handover_requested: false,
             terminated: false,
             hung: false,

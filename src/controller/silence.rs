@@ -58,8 +58,9 @@ impl Silence {
             let answered_once = members
                 .iter()
                 .any(|m| m.name == node.name && m.id.is_some());
-            // A node that refuses the login answers: it is not silent.
-            if node.reachable || node.terminated || node.locked_out || !answered_once {
+            // A node that refuses the login, or answers what cannot be read, is not silent.
+            let answers = node.locked_out || node.unreadable;
+            if node.reachable || node.terminated || answers || !answered_once {
                 since.remove(&node.name);
                 continue;
             }
@@ -122,6 +123,7 @@ mod tests {
             unfinished_moves: Vec::new(),
             stranger: false,
             locked_out: false,
+            unreadable: false,
             handover_requested: false,
             terminated: false,
             hung: false,
@@ -173,6 +175,29 @@ mod tests {
         silence.forget(&cluster);
         silence.judge_at(&cluster, &members, &mut silent, bound, start + bound);
         assert!(!silent[0].hung, "counted again from the start");
+    }
+
+    #[test]
+    fn a_node_that_answers_what_cannot_be_used_is_never_hung() {
+        let silence = Silence::default();
+        let cluster = ClusterKey::new("shop", "orders");
+        let members = [member("a", Some("id-a")), member("b", Some("id-b"))];
+        let bound = Duration::from_secs(20);
+        let start = Instant::now();
+        let mut observed = [
+            ObservedNode {
+                locked_out: true,
+                ..seen("a", false)
+            },
+            ObservedNode {
+                unreadable: true,
+                ..seen("b", false)
+            },
+        ];
+        for at in [Duration::ZERO, bound, bound * 3] {
+            silence.judge_at(&cluster, &members, &mut observed, bound, start + at);
+        }
+        assert!(!observed[0].hung && !observed[1].hung, "{observed:?}");
     }
 
     #[test]

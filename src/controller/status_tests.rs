@@ -43,6 +43,7 @@ fn node(name: &str, shard: u32, revision: &str, slots: (u16, u16)) -> ObservedNo
         unfinished_moves: Vec::new(),
         stranger: false,
         locked_out: false,
+        unreadable: false,
         handover_requested: false,
         terminated: false,
         hung: false,

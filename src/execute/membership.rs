@@ -145,15 +145,20 @@ async fn attach_joining_replicas<E: std::error::Error + 'static>(
             continue;
         };
         let shard = node.member.shard;
+        let owns_slots = |i: usize| own_line(i).is_some_and(|l| !l.slots.is_empty());
+        // Another node of the shard only if it serves the shard's slots: a node just started
+        // is a primary of nothing too (another joiner), and following it syncs nothing.
         let primary = live
             .iter()
             .enumerate()
             .filter(|(i, _)| *i != index && is_primary(*i))
-            .filter(|(_, n)| &n.member.name == created_for || n.member.shard == shard)
-            .max_by_key(|(i, n)| {
-                let owns_slots = own_line(*i).is_some_and(|l| !l.slots.is_empty());
-                (&n.member.name == created_for, owns_slots)
+            .filter(|(i, n)| {
+                &n.member.name == created_for
+                    || (n.member.shard == shard
+                        && n.member.lifecycle != Lifecycle::Joining
+                        && owns_slots(*i))
             })
+            .max_by_key(|(i, n)| (&n.member.name == created_for, owns_slots(*i)))
             .map(|(_, n)| n);
         let Some(primary) = primary else {
             continue;

@@ -34,6 +34,21 @@ enum Unheard {
     Stranger,
     /// The member answers, but refuses the operator's login.
     LockedOut,
+    /// The member let the operator in, then answered what it cannot read.
+    Unreadable,
+}
+
+/// Why a member that let the operator in gave no report: it stopped answering, or it answered
+/// what cannot be read (logged, since nothing else says which).
+fn after_login(member: &str) -> impl Fn(crate::valkey::EngineError) -> Unheard + '_ {
+    move |error| {
+        if error.is_silence() {
+            Unheard::Silent
+        } else {
+            tracing::warn!(node = member, %error, "a node's answer cannot be read");
+            Unheard::Unreadable
+        }
+    }
 }
 
 async fn report(expected: Expected<'_>, reach: &Reach) -> Result<NodeReport, Unheard> {
@@ -46,15 +61,15 @@ async fn report(expected: Expected<'_>, reach: &Reach) -> Result<NodeReport, Unh
             Unheard::Silent
         }
     })?;
-    let silent = |_| Unheard::Silent;
-    let replication = client.replication_info().await.map_err(silent)?;
-    let info = client.cluster_info().await.map_err(silent)?;
-    let view = client.cluster_nodes().await.map_err(silent)?;
+    let unheard = after_login(client.addr());
+    let replication = client.replication_info().await.map_err(&unheard)?;
+    let info = client.cluster_info().await.map_err(&unheard)?;
+    let view = client.cluster_nodes().await.map_err(&unheard)?;
     let migrating = match replication.role {
         Role::Primary => client
             .slot_migrations()
             .await
-            .map_err(silent)?
+            .map_err(&unheard)?
             .iter()
             .any(|job| !job.succeeded() && !job.failed()),
         Role::Replica => false,
@@ -103,6 +118,7 @@ pub async fn observe(members: &[Member], reach: &Reach) -> Vec<ObservedNode> {
             None => ObservedNode {
                 stranger: unheard.get(member.name.as_str()) == Some(&Unheard::Stranger),
                 locked_out: unheard.get(member.name.as_str()) == Some(&Unheard::LockedOut),
+                unreadable: unheard.get(member.name.as_str()) == Some(&Unheard::Unreadable),
                 ..unanswered(member, &view)
             },
         })
@@ -213,6 +229,7 @@ fn unheard(member: &Member) -> ObservedNode {
         unfinished_moves: Vec::new(),
         stranger: false,
         locked_out: false,
+        unreadable: false,
         handover_requested: member.handover_requested,
         terminated: member.terminated,
         // The caller's clock decides (see `ObservedNode::hung`).

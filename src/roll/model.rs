@@ -88,7 +88,7 @@ impl SlotRange {
 
     /// How many slots the range holds (at least one).
     pub fn count(&self) -> u32 {
-        u32::from(self.end) - u32::from(self.start) + 1
+        (u32::from(self.end) + 1).saturating_sub(u32::from(self.start))
     }
 }
 
@@ -131,8 +131,12 @@ pub struct ObservedNode {
     /// another server): it is unreachable, and nothing is ever sent to what answers there.
     pub stranger: bool,
     /// It answers, but refuses the operator's login (its users were changed by hand, or the
-    /// credentials Secret was): unreachable, but not silent, so never taken for dead.
+    /// credentials Secret was): unreachable, but not silent, so never taken for dead nor
+    /// waited for as an heir (a person must look first).
     pub locked_out: bool,
+    /// It let the operator in, then answered in a way the operator cannot read (an unexpected
+    /// reply, a refused command): unreachable, but not silent, so never taken for dead.
+    pub unreadable: bool,
     /// Its Pod is about to go (an Eviction was deferred while it is a primary): hand its shard
     /// to a replica first, so clients see a planned failover instead of Valkey's detection.
     pub handover_requested: bool,
@@ -175,6 +179,10 @@ impl ObservedNode {
 /// issuing it). Each attempt is recorded before it is issued; past this, the shard stalls.
 pub const MAX_FAILOVER_ATTEMPTS: u32 = 3;
 
+/// How many joiners of a revision may die before they join, each replaced at once, before the
+/// planner stalls instead (see [`RollMemory::lost_joins`]).
+pub const MAX_LOST_JOINS: u32 = 3;
+
 /// What the roll must remember across steps, because it cannot be observed afterwards. The
 /// controller persists it (e.g. in the ValkeyCluster status) and passes it back on every plan.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -183,6 +191,10 @@ pub struct RollMemory {
     pub revision: String,
     /// Shards whose failover was issued in the roll towards `revision`, with how many times.
     pub failover_attempts: BTreeMap<u32, u32>,
+    /// Joiners of the desired revision whose servers stopped before they joined, lately. Kept
+    /// by the caller (the controller in memory, for a while: not persisted), so that a revision
+    /// whose nodes always die stalls instead of being replaced without end.
+    pub lost_joins: u32,
 }
 
 impl RollMemory {

@@ -195,6 +195,13 @@ pub enum StallReason {
         shard: u32,
         slots: u32,
     },
+    /// Joiners of the new revision keep dying before they join (`lost` of them lately): the
+    /// revision, not a passing fault, is the likely cause, so it is not tried again and again.
+    JoinsLost {
+        node: String,
+        shard: u32,
+        lost: u32,
+    },
     /// Unowned slots belong to a shard with no live primary to assign them to.
     UnownedSlotsWithoutPrimary {
         shard: u32,
@@ -226,6 +233,7 @@ impl StallReason {
             | StallReason::JoinOverdue { shard, .. }
             | StallReason::DeadPrimaryWithoutReplica { shard, .. }
             | StallReason::CopiesUnreachable { shard, .. }
+            | StallReason::JoinsLost { shard, .. }
             | StallReason::UnownedSlotsWithoutPrimary { shard }
             | StallReason::NoPrimary { shard }
             | StallReason::TwoPrimaries { shard, .. }
@@ -241,6 +249,7 @@ impl StallReason {
             StallReason::JoinOverdue { .. } => "JoinOverdue",
             StallReason::DeadPrimaryWithoutReplica { .. } => "DeadPrimaryWithoutReplica",
             StallReason::CopiesUnreachable { .. } => "CopiesUnreachable",
+            StallReason::JoinsLost { .. } => "JoinsLost",
             StallReason::UnownedSlotsWithoutPrimary { .. } => "UnownedSlotsWithoutPrimary",
             StallReason::NoPrimary { .. } => "NoPrimary",
             StallReason::TwoPrimaries { .. } => "TwoPrimaries",
@@ -284,6 +293,13 @@ impl fmt::Display for StallReason {
                      though their Pods run: resume or delete them"
                 )
             }
+            StallReason::JoinsLost { node, shard, lost } => write!(
+                f,
+                "{node}'s server stopped before it joined shard {shard}, the {lost}th new node \
+                 of this revision to die while joining lately: see its Pod's status and logs \
+                 (an image that does not start, a memory limit a full sync exceeds); it is tried \
+                 again once the cause is fixed or in 10 minutes"
+            ),
             StallReason::UnownedSlotsWithoutPrimary { shard } => write!(
                 f,
                 "shard {shard} has no live primary to take its unowned slots"

@@ -8,7 +8,9 @@
 //!    again, empty; copies that exist but stay silent stall for a person. A primary silent
 //!    only for a moment waits for Valkey's own failover (or stalls without a replica).
 //! 2. A node whose server stopped for good and owns no slots is retired: it counts for nothing
-//!    and holds nothing.
+//!    and holds nothing. Unless it is a joiner of the new revision and more than
+//!    `MAX_LOST_JOINS` of those died lately: then the roll stalls (the revision is the likely
+//!    cause), which halts a fleet rollout.
 //! 3. A failover of this roll that left the primary unchanged every one of the
 //!    `MAX_FAILOVER_ATTEMPTS` times it was issued stalls the cluster (fewer: rule 9 retries it;
 //!    never a second failover after one that took effect).
@@ -43,7 +45,7 @@
 
 use std::collections::BTreeSet;
 
-use super::model::{DesiredShape, Lifecycle, ObservedNode, Role, RollMemory, Step};
+use super::model::{DesiredShape, Lifecycle, MAX_LOST_JOINS, ObservedNode, Role, RollMemory, Step};
 use super::reasons::{JoinBlocker, StallReason, WaitReason};
 use super::slots::{
     SLOT_COUNT, bootstrap_range, coverage, take_highest, target_count, uncovered_parts,
@@ -58,7 +60,7 @@ pub fn plan(desired: &DesiredShape, nodes: &[ObservedNode], memory: &RollMemory)
         nodes: sorted,
     };
     dead_primaries(&view)
-        .or_else(|| gone_nodes(&view))
+        .or_else(|| gone_nodes(&view, memory))
         .or_else(|| failed_failovers(&view, memory))
         .or_else(|| joining_nodes(&view))
         .or_else(|| missing_primaries(&view))
@@ -283,7 +285,10 @@ fn dead_primaries(view: &View) -> Option<Step> {
             .then_with(|| b.name.cmp(&a.name))
     });
     // A copy that does not answer now but may in a moment (its Pod runs, not silent for long).
-    let waited_for = copies().find(|n| !n.reachable && !n.terminated && !n.hung);
+    // One that answers but cannot be used (refuses the login, unreadable) is not waited for:
+    // it will not change by itself.
+    let waited_for = copies()
+        .find(|n| !n.reachable && !n.terminated && !n.hung && !n.locked_out && !n.unreadable);
     let unreachable_copy = copies().any(|n| !n.reachable && !n.terminated);
     let step = if !(dead.terminated || dead.hung) {
         match heir.or(waited_for) {
@@ -336,11 +341,21 @@ fn dead_primaries(view: &View) -> Option<Step> {
 /// Rule 2: a node whose server has stopped for good and that owns no slots is retired at once:
 /// it counts towards nothing and holds nothing, and its shard's replacement is joined by the
 /// rules that follow as for any missing replica.
-fn gone_nodes(view: &View) -> Option<Step> {
+fn gone_nodes(view: &View, memory: &RollMemory) -> Option<Step> {
     let gone = view
         .nodes
         .iter()
         .find(|n| n.terminated && !n.reachable && n.slot_count() == 0)?;
+    let new_joiner = gone.lifecycle == Lifecycle::Joining && gone.is_up_to_date(view.desired);
+    if new_joiner && memory.lost_joins > MAX_LOST_JOINS {
+        return Some(Step::Stalled {
+            reason: StallReason::JoinsLost {
+                node: gone.name.clone(),
+                shard: gone.shard,
+                lost: memory.lost_joins,
+            },
+        });
+    }
     Some(Step::RetireNode {
         shard: gone.shard,
         node: gone.name.clone(),

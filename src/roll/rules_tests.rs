@@ -1,7 +1,9 @@
 //! Each main rule's wait or stall, asserted by variant on small hand-built clusters.
 
 use super::*;
-use crate::roll::model::{MAX_FAILOVER_ATTEMPTS, ReplicaSync, SlotRange, UnfinishedMove};
+use crate::roll::model::{
+    MAX_FAILOVER_ATTEMPTS, MAX_LOST_JOINS, ReplicaSync, SlotRange, UnfinishedMove,
+};
 
 const OLD: &str = "9.0.0";
 const NEW: &str = "9.1.2";
@@ -41,6 +43,7 @@ fn primary(name: &str, shard: u32, slots: Vec<SlotRange>) -> ObservedNode {
         unfinished_moves: Vec::new(),
         stranger: false,
         locked_out: false,
+        unreadable: false,
         handover_requested: false,
         terminated: false,
         hung: false,
@@ -302,7 +305,24 @@ fn a_dead_primary_waits_for_a_replica_silent_for_a_moment_and_never_gives_a_copy
             slots: SLOT_COUNT,
         }
     );
+    // A copy that answers but refuses the login, or answers what cannot be read, will not
+    // change by itself: a person decides, instead of a wait without end.
     nodes[1].hung = false;
+    for unusable in [
+        |n: &mut ObservedNode| n.locked_out = true,
+        |n: &mut ObservedNode| n.unreadable = true,
+    ] {
+        let mut nodes = nodes.clone();
+        unusable(&mut nodes[1]);
+        assert_eq!(
+            stall(plan(&desired, &nodes, &memory)),
+            StallReason::CopiesUnreachable {
+                node: "p0".into(),
+                shard: 0,
+                slots: SLOT_COUNT,
+            }
+        );
+    }
     nodes[1].reachable = true;
     assert_eq!(
         plan(&desired, &nodes, &memory),
@@ -643,6 +663,43 @@ fn a_node_deleted_by_hand_is_replaced_before_it_goes_and_hands_its_shard_over() 
     let step = plan(&desired, &after, &memory);
     assert!(
         matches!(&step, Step::RetireNode { node, .. } if node == "p0"),
+        "{step}"
+    );
+}
+
+#[test]
+fn a_new_joiner_that_died_is_replaced_at_once_but_not_without_end() {
+    let mut joiner = replica("j0", 0);
+    joiner.revision = NEW.into();
+    joiner.lifecycle = Lifecycle::Joining;
+    joiner.reachable = false;
+    joiner.terminated = true;
+    let nodes = [one_shard(), vec![joiner]].concat();
+    let desired = shape(1, 1, NEW);
+    let mut memory = RollMemory {
+        lost_joins: MAX_LOST_JOINS,
+        ..RollMemory::default()
+    };
+    let step = plan(&desired, &nodes, &memory);
+    assert!(
+        matches!(&step, Step::RetireNode { node, .. } if node == "j0"),
+        "{step}"
+    );
+    memory.lost_joins = MAX_LOST_JOINS + 1;
+    assert_eq!(
+        stall(plan(&desired, &nodes, &memory)),
+        StallReason::JoinsLost {
+            node: "j0".into(),
+            shard: 0,
+            lost: MAX_LOST_JOINS + 1,
+        }
+    );
+    // An outdated node that died is retired whatever the count: it is not the revision's fault.
+    let mut old = nodes.clone();
+    old[2].revision = OLD.into();
+    let step = plan(&desired, &old, &memory);
+    assert!(
+        matches!(&step, Step::RetireNode { node, .. } if node == "j0"),
         "{step}"
     );
 }
