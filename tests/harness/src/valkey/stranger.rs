@@ -23,8 +23,12 @@ pub struct Stranger {
 pub struct Seen {
     /// Connections it accepted (from anyone: the operator, the cluster's nodes' bus is apart).
     pub connections: u64,
-    /// `AUTH` commands it received: a login sent to it, with its password.
+    /// `AUTH` commands it received: a login sent to it, with its password (by anyone: the
+    /// operator, or a client following a topology that still lists the address).
     pub auth_commands: u64,
+    /// Of those, logins as the operator's own users (`valkey-operator`, `valkey-replication`):
+    /// its passwords, which only the operator (and the tests, as it) would send.
+    pub operator_logins: u64,
     /// Logins it refused.
     pub auth_refused: u64,
     /// Nodes its own `CLUSTER NODES` lists (itself included).
@@ -112,13 +116,57 @@ impl Stranger {
             .and_then(|v| v.split(',').next()?.parse().ok())
             .unwrap_or(0);
         let nodes = self.client().await.unwrap().cluster_nodes().await.unwrap();
+        // It has only `default`: a login as any other user fails and is in its ACL LOG, with
+        // the user's name and how many times.
+        let log: redis::Value = redis::cmd("ACL")
+            .arg("LOG")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let operator_logins = failed_logins(&log, &["valkey-operator", "valkey-replication"]);
         Seen {
             connections: field("total_connections_received"),
             auth_commands,
+            operator_logins,
             auth_refused: field("acl_access_denied_auth"),
             known_nodes: nodes.len(),
         }
     }
+}
+
+/// How many failed logins an `ACL LOG` reply holds for `users`.
+fn failed_logins(log: &redis::Value, users: &[&str]) -> u64 {
+    let redis::Value::Array(entries) = log else {
+        return 0;
+    };
+    let text = |value: &redis::Value| match value {
+        redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        redis::Value::SimpleString(text) => text.clone(),
+        redis::Value::Int(n) => n.to_string(),
+        _ => String::new(),
+    };
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let fields: Vec<(String, String)> = match entry {
+                redis::Value::Array(flat) => flat
+                    .chunks(2)
+                    .filter_map(|kv| Some((text(kv.first()?), text(kv.get(1)?))))
+                    .collect(),
+                redis::Value::Map(pairs) => pairs.iter().map(|(k, v)| (text(k), text(v))).collect(),
+                _ => return None,
+            };
+            let get = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.as_str())
+            };
+            (get("reason") == Some("auth") && users.contains(&get("username")?))
+                .then(|| get("count")?.parse::<u64>().ok())?
+        })
+        .sum()
 }
 
 impl Drop for Stranger {
