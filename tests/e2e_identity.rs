@@ -121,6 +121,7 @@ async fn the_operator_acts_only_on_the_node_it_means() {
     let watch = ClusterWatch::start(&product, NAMESPACE, CLUSTER).await;
     let victim = product.replica_of(NAMESPACE, CLUSTER, 0).await;
     let pid = product.server_pid(NAMESPACE, &victim);
+    assert!(product.kubelet.claim_ip_at_release(NAMESPACE, &victim));
     let struck = signal(pid, "-KILL");
     let lease = eventually(
         "the kubelet to release the dead Pod's address",
@@ -182,6 +183,7 @@ async fn the_operator_acts_only_on_the_node_it_means() {
     let victim = product.replica_of(NAMESPACE, CLUSTER, 1).await;
     let old_ip = product.addresses(NAMESPACE, CLUSTER)[&victim].clone();
     let pid = product.server_pid(NAMESPACE, &victim);
+    assert!(product.kubelet.claim_ip_at_release(NAMESPACE, &victim));
     let struck = signal(pid, "-KILL");
     let reused = eventually(
         "a new Pod of the cluster at the dead one's address",

@@ -344,12 +344,15 @@ impl Run<'_> {
                     return;
                 };
                 let Some(pid) = self.pid(&pod) else { return };
+                self.product.kubelet.claim_ip_at_release(NAMESPACE, &pod);
                 signal(pid, "-KILL");
                 self.note(target, true, at);
                 let product = &*self.product;
+                // The test kubelet frees it once its Pod worker sees the exit, which may wait
+                // for a paused API server.
                 let lease = eventually(
                     "the dead Pod's address",
-                    Duration::from_secs(10),
+                    Duration::from_secs(60),
                     async || product.kubelet.take_released_ip(NAMESPACE, &pod),
                 )
                 .await;

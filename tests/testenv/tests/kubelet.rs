@@ -299,4 +299,29 @@ async fn a_stopped_pods_address_is_released_while_its_status_shows_it_and_can_go
         "the freed address went to the next Pod"
     );
     assert_eq!(server_version(ip).await, "9.1.2");
+
+    // A claimed address is kept from the next Pod for the test that claimed it.
+    assert!(kubelet.claim_ip_at_release("default", "second"));
+    let pid = kubelet
+        .pod_process("default", "second")
+        .unwrap()
+        .pid
+        .unwrap();
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    eventually("the address released", DEADLINE, async || {
+        kubelet
+            .pod_process("default", "second")
+            .is_some_and(|p| !p.holds_ip)
+    })
+    .await;
+    create(&pods, &pod_never_restarted("third")).await;
+    let third = ready_pod(&pods, "third").await;
+    assert_ne!(pod_ip(&third), ip, "a claimed address went to the next Pod");
+    let lease = kubelet
+        .take_released_ip("default", "second")
+        .expect("claimed");
+    assert_eq!(lease.ip(), ip);
 }

@@ -6,7 +6,7 @@ mod container;
 pub(crate) mod ip;
 mod pod;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -96,6 +96,9 @@ struct Shared {
     slots: Mutex<HashMap<String, PodSlot>>,
     /// Addresses released by stopped Pods, most recent last ([`KubeletOptions::reuse_freed_ips`]).
     freed: Mutex<Vec<Ipv4Addr>>,
+    /// Addresses a test claimed ([`TestKubelet::claim_ip_at_release`]): kept from the next Pod
+    /// when released, for the test to take.
+    claimed: Mutex<HashSet<Ipv4Addr>>,
     /// Set by the kubelet's Drop; checked under the `slots` lock before adding a slot, so
     /// no Pod worker still running can start a process that outlives the kubelet.
     stopped: AtomicBool,
@@ -109,6 +112,10 @@ impl Shared {
 
     fn freed(&self) -> MutexGuard<'_, Vec<Ipv4Addr>> {
         self.freed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn claimed(&self) -> MutexGuard<'_, HashSet<Ipv4Addr>> {
+        self.claimed.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -132,6 +139,7 @@ impl TestKubelet {
             pods_dir,
             slots: Mutex::new(HashMap::new()),
             freed: Mutex::new(Vec::new()),
+            claimed: Mutex::new(HashSet::new()),
             stopped: AtomicBool::new(false),
         });
         let task = tokio::spawn(watch_pods(shared.clone()));
@@ -176,7 +184,20 @@ impl TestKubelet {
         if process.holds_ip {
             return None;
         }
-        ip::lease_address(process.ip)
+        let lease = ip::lease_address(process.ip)?;
+        self.shared.claimed().remove(&process.ip);
+        Some(lease)
+    }
+
+    /// Keeps a running Pod's address from the next Pod once it is released, so that
+    /// [`Self::take_released_ip`] gets it for certain (a stranger's test would otherwise race
+    /// the cluster's own new Pod for it). Whether the Pod is known.
+    pub fn claim_ip_at_release(&self, namespace: &str, name: &str) -> bool {
+        let Some(process) = self.pod_process(namespace, name) else {
+            return false;
+        };
+        self.shared.claimed().insert(process.ip);
+        true
     }
 }
 

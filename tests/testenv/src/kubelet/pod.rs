@@ -247,7 +247,10 @@ impl PodWorker {
                 .get_mut(&self.uid)
                 .and_then(|s| s.lease.take().map(|_| s.ip))
         };
-        if let Some(ip) = released.filter(|_| self.shared.options.reuse_freed_ips) {
+        let reusable = |ip: &Ipv4Addr| {
+            self.shared.options.reuse_freed_ips && !self.shared.claimed().contains(ip)
+        };
+        if let Some(ip) = released.filter(reusable) {
             self.shared.freed().push(ip);
         }
     }
