@@ -61,7 +61,7 @@ async fn start(
 
 fn runtime_with(subnet: u8, credentials: &SystemCredentials) -> LocalRuntime {
     let runtime = LocalRuntime::new(subnet).unwrap();
-    let conf = std::env::temp_dir().join(format!("auth-{}-{subnet}.conf", std::process::id()));
+    let conf = runtime.work_dir().join("auth.conf");
     std::fs::write(&conf, credentials.auth_conf()).unwrap();
     runtime.with_setting("include", conf.to_str().unwrap())
 }

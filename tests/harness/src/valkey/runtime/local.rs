@@ -105,6 +105,12 @@ impl LocalRuntime {
         self
     }
 
+    /// The scratch folder of this runtime's nodes: a test's own files beside them (an
+    /// `include`d file, say) go when the runtime does.
+    pub fn work_dir(&self) -> &Path {
+        &self.work_dir
+    }
+
     /// Path of the engine binary for a revision (an engine version).
     pub fn binary(&self, revision: &str) -> PathBuf {
         self.bin_root.join(revision).join("valkey-server")
