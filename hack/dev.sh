@@ -50,6 +50,11 @@ $(tail -n 30 "$dev_dir/testenv.log")"
 done
 [[ -s "$dev_dir/kubeconfig" ]] || die "the control plane was not ready after 120s (see .dev/testenv.log)"
 export KUBECONFIG="$dev_dir/kubeconfig"
+# The API server presents a client certificate of its own CA to webhooks; the operator then
+# refuses webhook calls from anyone else (as `--webhook-client-ca` does in the chart).
+for _ in $(seq 1 50); do grep -q '^DATA_DIR=' "$dev_dir/testenv.env" && break; sleep 0.1; done
+plane_dir=$(sed -n 's/^DATA_DIR=//p' "$dev_dir/testenv.env")
+[[ -s "$plane_dir/webhook-client-ca.crt" ]] || die "the control plane wrote no webhook client CA"
 
 # The operator's CLI contract: crd, certs, webhook-config, serve.
 if ! "$operator" crd >"$dev_dir/crds.yaml" 2>"$dev_dir/operator-crd.err" \
@@ -67,6 +72,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 log "starting the operator on https://127.0.0.1:$port"
 "$operator" serve --listen "127.0.0.1:$port" \
 	--tls-cert "$dev_dir/certs/tls.crt" --tls-key "$dev_dir/certs/tls.key" \
+	--webhook-client-ca "$plane_dir/webhook-client-ca.crt" \
 	>"$dev_dir/operator.log" 2>&1 &
 operator_pid=$!
 for _ in $(seq 1 150); do
@@ -83,6 +89,24 @@ log "registering the validating webhook"
 	| "$kubectl" apply -f - >/dev/null
 log "applying config/samples/"
 "$kubectl" apply -f config/samples/
+# /metrics answers only callers the API server allows to get it (as the chart's
+# metrics-reader ClusterRole does for Prometheus): a ServiceAccount for reading it by hand.
+"$kubectl" apply -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: metrics-reader, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: valkey-operator-metrics-reader}
+rules: [{nonResourceURLs: [/metrics], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: valkey-operator-metrics-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: valkey-operator-metrics-reader}
+subjects: [{kind: ServiceAccount, name: metrics-reader, namespace: default}]
+YAML
 
 cat <<EOF
 
@@ -95,8 +119,16 @@ In another terminal:
   kubectl get valkeyclusters -A -w
   kubectl get valkeynodes,pods -n team-payments -o wide
 
-Pods run as local valkey-server processes on 127.0.0.x (the Pod IP): e.g.
-  redis-cli -h <pod IP> ping     (or any Valkey client)
+Pods run as local valkey-server processes on 127.1.x.y (the Pod IP). No node lets anyone in
+without a password; with any Valkey client and the operator's own login (cluster commands,
+no keys), e.g.:
+  redis-cli -h <a sessions Pod's IP> --user valkey-operator \\
+    --pass "\$(kubectl get secret sessions-credentials -n team-payments \\
+              -o jsonpath='{.data.operator-password}' | base64 -d)" cluster nodes
+(applications get users of their own in spec.acl: see the README's Credentials).
+Metrics:
+  curl --cacert $dev_dir/certs/ca.crt -H "Authorization: Bearer \$(kubectl create token metrics-reader)" \\
+    https://127.0.0.1:$port/metrics
 Logs: .dev/operator.log (operator), .dev/testenv.log (control plane + kubelet).
 Press Ctrl-C to stop and clean up.
 EOF
