@@ -183,7 +183,6 @@ async fn the_operator_acts_only_on_the_node_it_means() {
     let victim = product.replica_of(NAMESPACE, CLUSTER, 1).await;
     let old_ip = product.addresses(NAMESPACE, CLUSTER)[&victim].clone();
     let pid = product.server_pid(NAMESPACE, &victim);
-    assert!(product.kubelet.claim_ip_at_release(NAMESPACE, &victim));
     let struck = signal(pid, "-KILL");
     let reused = eventually(
         "a new Pod of the cluster at the dead one's address",
