@@ -162,15 +162,7 @@ async fn a_crashed_server_is_reported_and_restarted_on_the_same_address() {
     let (pods, kubelet) = started(&cp).await;
     create(&pods, &valkey_pod("crashy", "valkey/valkey:9.1.2")).await;
     let before = ready_pod(&pods, "crashy").await;
-    let pid = kubelet
-        .pod_process("default", "crashy")
-        .unwrap()
-        .pid
-        .unwrap();
-    std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap();
+    let pid = kill_server(&kubelet, "crashy");
 
     let after = eventually("the restart to be reported", DEADLINE, async || {
         let pod = pods.get("crashy").await.ok()?;
@@ -268,15 +260,7 @@ async fn a_stopped_pods_address_is_released_while_its_status_shows_it_and_can_go
         kubelet.take_released_ip("default", "first").is_none(),
         "held while it runs"
     );
-    let pid = kubelet
-        .pod_process("default", "first")
-        .unwrap()
-        .pid
-        .unwrap();
-    std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap();
+    kill_server(&kubelet, "first");
     let failed = eventually("the Pod to fail", DEADLINE, async || {
         let pod = pods.get("first").await.ok()?;
         (pod.status.as_ref()?.phase.as_deref() == Some("Failed")).then_some(pod)
@@ -302,15 +286,7 @@ async fn a_stopped_pods_address_is_released_while_its_status_shows_it_and_can_go
 
     // A claimed address is kept from the next Pod for the test that claimed it.
     assert!(kubelet.claim_ip_at_release("default", "second"));
-    let pid = kubelet
-        .pod_process("default", "second")
-        .unwrap()
-        .pid
-        .unwrap();
-    std::process::Command::new("kill")
-        .args(["-KILL", &pid.to_string()])
-        .status()
-        .unwrap();
+    kill_server(&kubelet, "second");
     eventually("the address released", DEADLINE, async || {
         kubelet
             .pod_process("default", "second")
@@ -324,4 +300,14 @@ async fn a_stopped_pods_address_is_released_while_its_status_shows_it_and_can_go
         .take_released_ip("default", "second")
         .expect("claimed");
     assert_eq!(lease.ip(), ip);
+}
+
+/// SIGKILLs the server of the Pod `name` (in `default`), as a crash would; its pid.
+fn kill_server(kubelet: &TestKubelet, name: &str) -> u32 {
+    let pid = kubelet.pod_process("default", name).unwrap().pid.unwrap();
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    pid
 }
