@@ -21,12 +21,11 @@
 //!   only copy there is, a replica of the old revision, which the roll must then fail over
 //!   again).
 //!
-//! `make test` runs seeds 1 and 3. `NEMESIS_SEEDS=1-50 cargo test --test nemesis --
+//! `make test` runs seeds 1 to 3. `NEMESIS_SEEDS=1-50 cargo test --test nemesis --
 //! --nocapture` runs others and prints a row per seed; a failing seed replays its schedule
-//! exactly with `NEMESIS_SEEDS=<seed>`. Seed 2 fails today, an open defect: a replica killed
-//! while a peer's handshake with it (`CLUSTER MEET` of a scale-out) is still pending, and a
-//! stranger at its address at once, completes that handshake with the stranger (see the
-//! README's "Who may do what").
+//! exactly with `NEMESIS_SEEDS=<seed>`. Seed 2 found that `CLUSTER MEET` names an address, not a
+//! node: a joiner told to meet a replica killed 0.1 s before met the stranger at its address
+//! (see `meetings` in `src/execute/membership.rs`).
 
 // Test code reports failures by panicking; the house rules against it are for the product.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -655,10 +654,10 @@ async fn run_seed(product: &mut Product, seed: u64) -> Row {
     row
 }
 
-/// Seeds from `NEMESIS_SEEDS` (`3`, `1,4,9`, `1-50`), or 1 and 3.
+/// Seeds from `NEMESIS_SEEDS` (`3`, `1,4,9`, `1-50`), or 1 to 3.
 fn seeds() -> Vec<u64> {
     let Ok(text) = std::env::var("NEMESIS_SEEDS") else {
-        return vec![1, 3];
+        return vec![1, 2, 3];
     };
     text.split(',')
         .flat_map(|part| match part.trim().split_once('-') {

@@ -1,17 +1,17 @@
 //! Membership, before every plan: the nodes that answer are made one Valkey cluster. Each
 //! node's id is recorded with its host the first time it answers (and never overwritten: a
-//! different id at its address later is a stranger, refused by [`NodeClient::open`]), every
-//! node meets every member it does not know yet (two primaries created in one bootstrap must
-//! meet whichever came up first), a node the cluster still lists but no member is (its
-//! ValkeyNode was deleted by hand) is forgotten once that loses nothing (see [`strangers`]),
-//! and a `Joining` replica is attached to its shard's primary: the one it was created for, or
-//! the one that took the shard over since (`CLUSTER REPLICATE`, retried while gossip has not
-//! introduced the primary).
+//! different id at its address later is a stranger, refused by [`NodeClient::open`]), a node
+//! that knows no live member yet meets one that does (see [`meetings`]), a node the cluster
+//! still lists but no member is (its ValkeyNode was deleted by hand) is forgotten once that
+//! loses nothing (see [`strangers`]), and a `Joining` replica is attached to its shard's
+//! primary: the one it was created for, or the one that took the shard over since (`CLUSTER
+//! REPLICATE`, retried while gossip has not introduced the primary).
 //!
 //! This runs outside the planner because it is idempotent housekeeping that must also finish a
 //! join interrupted by a restart or a slow start: the planner only sees its result (a node
 //! that is a synced replica, or not yet).
 
+use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
 use futures::future::join_all;
@@ -46,7 +46,7 @@ pub async fn introduce<H: NodeHost>(
     for node in &live {
         views.push(node.client.cluster_nodes().await?);
     }
-    meet_unknown_peers(&live, &views).await?;
+    meet_the_cluster(&live, &views).await?;
     let known: BTreeSet<&str> = members
         .iter()
         .filter_map(|m| m.id.as_deref())
@@ -113,18 +113,82 @@ async fn answering<'a>(members: &'a [Member], reach: &Reach) -> Vec<Live<'a>> {
     join_all(attempts).await.into_iter().flatten().collect()
 }
 
-async fn meet_unknown_peers<E: std::error::Error + 'static>(
+async fn meet_the_cluster<E: std::error::Error + 'static>(
     live: &[Live<'_>],
     views: &[Vec<ClusterNode>],
 ) -> Result<(), StepError<E>> {
-    for (node, view) in live.iter().zip(views) {
-        for peer in live {
-            if peer.id != node.id && !view.iter().any(|n| n.id == peer.id) {
-                node.client.meet(peer.address).await?;
-            }
-        }
+    let peers: Vec<Peer<'_>> = live
+        .iter()
+        .zip(views)
+        .map(|(node, view)| Peer {
+            id: &node.id,
+            name: &node.member.name,
+            established: node.member.lifecycle == Lifecycle::Active,
+            view,
+        })
+        .collect();
+    for (from, to) in meetings(&peers) {
+        tracing::info!(node = %live[from].member.name, peer = %live[to].member.name, "meeting the cluster");
+        live[from].client.meet(live[to].address).await?;
     }
     Ok(())
+}
+
+/// One answering node, as [`meetings`] sees it.
+pub struct Peer<'a> {
+    pub id: &'a str,
+    pub name: &'a str,
+    /// Its ValkeyNode is `Active` (it has joined before).
+    pub established: bool,
+    /// Its own `CLUSTER NODES`.
+    pub view: &'a [ClusterNode],
+}
+
+/// Who meets whom, as `(from, to)` indexes into `peers`: each node whose view lists no other
+/// answering node meets the hub, the node that knows the most of them (then an established
+/// one, then a serving primary, then the first by name); no other node meets anyone.
+///
+/// `CLUSTER MEET` names an address, not a node: whoever answers there when the handshake runs
+/// is taken in, and learns from the meeting node's gossip every node it knows. An address can
+/// change hands between the pass that saw its node answer and the handshake (seen: a joiner told
+/// to meet a replica killed 0.1 s earlier handed a stranger the whole cluster's ids and
+/// addresses). So the only node that meets is one that knows nobody to tell, and only one
+/// address is named; the others learn the new node from gossip, which names nodes by id and
+/// never takes in whoever answers at an address.
+pub fn meetings(peers: &[Peer<'_>]) -> Vec<(usize, usize)> {
+    let knows = |peer: &Peer<'_>, id: &str| {
+        peer.view
+            .iter()
+            .any(|n| n.id == id && !n.myself && !n.handshake)
+    };
+    let known_peers = |index: usize| {
+        let peer = &peers[index];
+        peers
+            .iter()
+            .filter(|other| other.id != peer.id && knows(peer, other.id))
+            .count()
+    };
+    let serving = |peer: &Peer<'_>| {
+        peer.view
+            .iter()
+            .any(|n| n.myself && n.primary && !n.slots.is_empty())
+    };
+    let hub = (0..peers.len()).max_by_key(|&index| {
+        let peer = &peers[index];
+        (
+            known_peers(index),
+            peer.established,
+            serving(peer),
+            Reverse(peer.name),
+        )
+    });
+    let Some(hub) = hub else {
+        return Vec::new();
+    };
+    (0..peers.len())
+        .filter(|&index| index != hub && known_peers(index) == 0)
+        .map(|index| (index, hub))
+        .collect()
 }
 
 /// Makes each `Joining` replica replicate its shard's primary: the node it was created for
@@ -261,5 +325,90 @@ mod tests {
              tmp 127.0.9.5:6379@16379 handshake - 0 0 0 disconnected\n",
         )];
         assert!(strangers(&views, &known(&["p0", "r0"])).is_empty());
+    }
+
+    fn peer<'a>(
+        id: &'a str,
+        name: &'a str,
+        established: bool,
+        view: &'a [ClusterNode],
+    ) -> Peer<'a> {
+        Peer {
+            id,
+            name,
+            established,
+            view,
+        }
+    }
+
+    #[test]
+    fn a_bootstrap_meets_one_node_and_every_other_meets_it() {
+        let views = [
+            view("a 127.0.9.2:6379@16379 myself,master - 0 0 0 connected\n"),
+            view("b 127.0.9.3:6379@16379 myself,master - 0 0 0 connected\n"),
+            view("c 127.0.9.4:6379@16379 myself,master - 0 0 0 connected\n"),
+        ];
+        let peers = [
+            peer("b", "n-1", false, &views[1]),
+            peer("a", "n-0", false, &views[0]),
+            peer("c", "n-2", false, &views[2]),
+        ];
+        assert_eq!(meetings(&peers), [(0, 1), (2, 1)]);
+    }
+
+    #[test]
+    fn a_joiner_meets_a_serving_primary_and_nobody_meets_the_joiner() {
+        let primary = view(
+            "p 127.0.9.2:6379@16379 myself,master - 0 0 1 connected 0-16383\n\
+             r 127.0.9.3:6379@16379 slave p 0 0 1 connected\n",
+        );
+        let replica = view(
+            "r 127.0.9.3:6379@16379 myself,slave p 0 0 1 connected\n\
+             p 127.0.9.2:6379@16379 master - 0 0 1 connected 0-16383\n",
+        );
+        let joiner = view("j 127.0.9.4:6379@16379 myself,master - 0 0 0 connected\n");
+        let peers = [
+            peer("r", "n-0-a", true, &replica),
+            peer("j", "n-0-b", false, &joiner),
+            peer("p", "n-0-c", true, &primary),
+        ];
+        assert_eq!(meetings(&peers), [(1, 2)]);
+    }
+
+    #[test]
+    fn a_node_that_knows_a_live_member_meets_nobody() {
+        // The joiner knows the primary but not yet the replica: gossip introduces them by id.
+        let primary = view(
+            "p 127.0.9.2:6379@16379 myself,master - 0 0 1 connected 0-16383\n\
+             r 127.0.9.3:6379@16379 slave p 0 0 1 connected\n",
+        );
+        let replica = view(
+            "r 127.0.9.3:6379@16379 myself,slave p 0 0 1 connected\n\
+             p 127.0.9.2:6379@16379 master - 0 0 1 connected 0-16383\n",
+        );
+        let joiner = view(
+            "j 127.0.9.4:6379@16379 myself,master - 0 0 0 connected\n\
+             p 127.0.9.2:6379@16379 master - 0 0 1 connected 0-16383\n",
+        );
+        let peers = [
+            peer("p", "n-0-a", true, &primary),
+            peer("r", "n-0-b", true, &replica),
+            peer("j", "n-0-c", false, &joiner),
+        ];
+        assert!(meetings(&peers).is_empty());
+    }
+
+    #[test]
+    fn a_handshake_under_way_is_no_acquaintance() {
+        let primary = view("p 127.0.9.2:6379@16379 myself,master - 0 0 1 connected 0-16383\n");
+        let joiner = view(
+            "j 127.0.9.4:6379@16379 myself,master - 0 0 0 connected\n\
+             tmp 127.0.9.2:6379@16379 handshake - 0 0 0 disconnected\n",
+        );
+        let peers = [
+            peer("p", "n-0-a", true, &primary),
+            peer("j", "n-0-b", false, &joiner),
+        ];
+        assert_eq!(meetings(&peers), [(1, 0)]);
     }
 }
