@@ -11,7 +11,9 @@
 //! 3. one config patch → every cluster rolled: the same figures;
 //! 4. optionally, clusters whose Pods never start (an image the test kubelet has no binary
 //!    for), added 100 at a time up to 1,000 and 1,000 at a time after, with the operator's RSS
-//!    once it holds each batch: the memory each cluster costs.
+//!    once it holds each batch: the memory each cluster costs;
+//! 5. then those clusters deleted: the operator's RSS, and how many clusters its memory still
+//!    keeps anything for (the `remembered` of its last "forgot a deleted cluster" line).
 //!
 //! Run: `FLEET_SIZE=200 FLEET_OBJECTS=1000 cargo bench --bench fleet_scale` (defaults: 200
 //! real clusters, no object-only clusters). `TESTENV_AUDIT_LOG=<file>` adds the requests by
@@ -83,6 +85,12 @@ impl Clusters {
             }
         });
         clusters
+    }
+
+    /// How many clusters named `prefix-*` exist.
+    fn named(&self, prefix: &str) -> usize {
+        let map = self.0.lock().unwrap();
+        map.keys().filter(|name| name.starts_with(prefix)).count()
     }
 
     /// How many clusters named `prefix-*` have nodes in their status (the operator has
@@ -479,7 +487,8 @@ spec: {{imageRef: valkey-never}}
         println!("the operator's log is in {path}");
     }
     if objects > 0 {
-        object_only(&product, &clusters, size, objects).await;
+        let before = object_only(&product, &clusters, size, objects).await;
+        deleted(&product, &clusters, size, objects, before).await;
     }
     // FLEET_HOLD_SECONDS keeps everything up at the end, e.g. to take a heap profile.
     let hold = setting("FLEET_HOLD_SECONDS", 0);
@@ -488,7 +497,7 @@ spec: {{imageRef: valkey-never}}
 
 /// Phase 4: `objects` clusters whose Pods never start, and the operator's memory as it holds
 /// them.
-async fn object_only(product: &Product, clusters: &Clusters, size: usize, objects: usize) {
+async fn object_only(product: &Product, clusters: &Clusters, size: usize, objects: usize) -> u64 {
     // Clusters whose Pods never start: their objects and the operator's caches, no servers.
     // Each batch is measured once the operator has made every cluster's nodes (its status
     // lists them), so the figure is of clusters it holds, not of clusters it has yet to see.
@@ -529,4 +538,55 @@ async fn object_only(product: &Product, clusters: &Clusters, size: usize, object
             (kib as f64 - before as f64) / added as f64
         );
     }
+    before
+}
+
+/// Phase 5: the `objects` clusters of phase 4 deleted, and what the operator keeps of them.
+async fn deleted(product: &Product, clusters: &Clusters, size: usize, objects: usize, before: u64) {
+    let started = Instant::now();
+    for start in (0..objects).step_by(100) {
+        let names: Vec<String> = (start..(start + 100).min(objects))
+            .map(|i| format!("o-{i:05}"))
+            .collect();
+        let mut args = vec!["delete", "valkeycluster", "-n", NAMESPACE, "--wait=false"];
+        args.extend(names.iter().map(String::as_str));
+        product.kubectl(&args);
+    }
+    while clusters.named("o-") > 0 && started.elapsed() < Duration::from_secs(1800) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let kib = product.operator.resident_kib().unwrap_or(0);
+    let log = strip_ansi(&product.operator.log());
+    let remembered = log
+        .lines()
+        .filter(|line| line.contains("forgot a deleted cluster"))
+        .filter_map(|line| line.split("remembered=").nth(1)?.split_whitespace().next())
+        .next_back()
+        .unwrap_or("?")
+        .to_owned();
+    println!(
+        "  - {objects} clusters deleted ({:.0} s): operator RSS {:.0} MiB ({:+.1} MiB against before they were created); its memory keeps {remembered} clusters (of the {size} real ones)",
+        started.elapsed().as_secs_f64(),
+        kib as f64 / 1024.0,
+        (kib as f64 - before as f64) / 1024.0
+    );
+}
+
+/// The text without terminal colour codes.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

@@ -144,13 +144,9 @@ impl Indexed for ValkeyRole {
     }
 }
 
-fn cluster_key(cluster: &ValkeyCluster) -> ClusterKey {
-    ClusterKey::new(cluster.namespace().unwrap_or_default(), cluster.name_any())
-}
-
 impl Indexed for ValkeyCluster {
     fn apply(&self, fleet: &mut Fleet) {
-        let key = cluster_key(self);
+        let key = ClusterKey::of(self);
         fleet.upsert_cluster(key.clone(), &self.spec.config_ref);
         let wave = self.annotations().get(crate::rollout::WAVE_ANNOTATION);
         fleet.set_cluster_wave_annotation(&key, wave.map(String::as_str));

@@ -59,8 +59,11 @@ pub const ROTATE_ANNOTATION: &str = "valkey.gomomento.com/rotate-credentials";
 
 /// The name of a cluster's credentials Secret.
 pub fn secret_name(cluster: &str) -> String {
-    format!("{cluster}-credentials")
+    format!("{cluster}{CREDENTIALS_SUFFIX}")
 }
+
+/// What [`secret_name`] adds to the cluster's name.
+pub const CREDENTIALS_SUFFIX: &str = "-credentials";
 
 /// The two passwords. Never printed.
 #[derive(Clone, PartialEq, Eq)]

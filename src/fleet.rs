@@ -6,7 +6,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
 
-use crate::api::{ValkeyConfigSpec, ValkeyImageSpec, ValkeyRoleSpec};
+use crate::api::{ValkeyCluster, ValkeyConfigSpec, ValkeyImageSpec, ValkeyRoleSpec};
 use crate::resolve::Catalog;
 
 /// A namespaced cluster's identity.
@@ -22,6 +22,15 @@ impl ClusterKey {
             namespace: namespace.into(),
             name: name.into(),
         }
+    }
+
+    /// A ValkeyCluster's key: the one way to make it from the object.
+    pub fn of(cluster: &ValkeyCluster) -> Self {
+        let meta = &cluster.metadata;
+        Self::new(
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        )
     }
 }
 

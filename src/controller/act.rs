@@ -107,11 +107,8 @@ pub fn time_pass(
             .map(|o| o.shard)
             .collect(),
     };
-    let key = ClusterKey::new(
-        cluster.metadata.namespace.clone().unwrap_or_default(),
-        cluster.metadata.name.clone().unwrap_or_default(),
-    );
-    for (what, took) in ctx.stopwatches.record(&key, &pass, Instant::now()) {
+    let key = ClusterKey::of(cluster);
+    for (what, took) in ctx.memory.stopwatches.record(&key, &pass, Instant::now()) {
         ctx.metrics.timed(&key.namespace, &key.name, what, took);
     }
 }

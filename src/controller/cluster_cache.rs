@@ -11,13 +11,14 @@
 //! is caught by the roll memory's own precondition, as before: its save fails and the pass is
 //! tried again.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::{Resource, ResourceExt};
 
+use super::memory::ClusterMemory;
 use crate::api::ValkeyCluster;
 use crate::fleet::ClusterKey;
 
@@ -40,10 +41,6 @@ struct Pending {
 #[derive(Default)]
 pub struct ClusterCache(Mutex<Book>);
 
-fn key_of(cluster: &ValkeyCluster) -> ClusterKey {
-    ClusterKey::new(cluster.namespace().unwrap_or_default(), cluster.name_any())
-}
-
 impl ClusterCache {
     fn book(&self) -> MutexGuard<'_, Book> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
@@ -63,14 +60,14 @@ impl ClusterCache {
         let mut book = self.book();
         match event {
             watcher::Event::Apply(cluster) => {
-                let key = key_of(cluster);
+                let key = ClusterKey::of(cluster);
                 let shown = cluster.meta().resource_version.as_deref();
                 if book.pending.get(&key).map(|p| p.version.as_str()) == shown {
                     book.pending.remove(&key);
                 }
             }
             watcher::Event::Delete(cluster) => {
-                book.pending.remove(&key_of(cluster));
+                book.pending.remove(&ClusterKey::of(cluster));
             }
             watcher::Event::InitDone => {
                 let Book { store, pending } = &mut *book;
@@ -124,16 +121,36 @@ impl ClusterCache {
             book.pending.remove(key);
         }
     }
-
-    /// A deleted cluster: nothing of it is kept.
-    pub fn forget(&self, key: &ClusterKey) {
-        self.book().pending.remove(key);
-    }
 }
 
 fn stored_version(store: Option<&Store<ValkeyCluster>>, key: &ClusterKey) -> Option<String> {
     let reference = ObjectRef::new(&key.name).within(&key.namespace);
     store?.get(&reference)?.meta().resource_version.clone()
+}
+
+/// The watch's store is the API server's word, kept current by the watch itself; what is
+/// remembered per cluster is the writes a pass waits to see.
+impl ClusterMemory for ClusterCache {
+    fn forget(&self, cluster: &ClusterKey) {
+        self.book().pending.remove(cluster);
+    }
+
+    fn reset(&self) {
+        self.book().pending.clear();
+    }
+
+    fn clusters(&self) -> BTreeSet<ClusterKey> {
+        self.book().pending.keys().cloned().collect()
+    }
+
+    #[cfg(test)]
+    fn sample(&self, cluster: &ClusterKey) {
+        let pending = Pending {
+            version: "1".to_owned(),
+            written: None,
+        };
+        self.book().pending.insert(cluster.clone(), pending);
+    }
 }
 
 #[cfg(test)]

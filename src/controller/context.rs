@@ -1,12 +1,13 @@
 //! What every reconcile shares, and the per-cluster retry state behind requeue by cause:
 //! transient failures back off exponentially, up to a cap, and a success resets the count.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::collections::BTreeSet;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use kube::Client;
 
+use super::memory::{ClusterMemory, PerCluster};
 use crate::execute::Timeouts;
 use crate::fleet::{ClusterKey, Fleet};
 use crate::metrics::Metrics;
@@ -20,35 +21,8 @@ pub struct Context {
     pub timeouts: Timeouts,
     pub recorder: super::events::EventRecorder,
     pub metrics: Arc<Metrics>,
-    pub backoff: Backoff,
-    /// What each node's users were last written as (see [`super::live::Applied`]).
-    pub applied_acl: super::live::Applied,
-    /// Which certificate each TLS node last reloaded, and when each Secret version was seen.
-    pub applied_tls: super::live::Applied,
-    pub certificate_versions: super::live::CertificateVersions,
-    /// Which live settings each node was last given.
-    pub applied_settings: super::live::Applied,
-    /// What each cluster's Service, budget and NetworkPolicy were last applied as.
-    pub applied_owned: super::membership::AppliedObjects,
-    /// Every cluster's stored status from the cluster watch, and the writes a pass waits to
-    /// see there.
-    pub cluster_cache: super::cluster_cache::ClusterCache,
-    /// Every cluster's ValkeyNodes and Pods, and the writes a pass waits to see there.
-    pub node_cache: super::node_cache::NodeCache,
-    /// The clusters whose periodic pass asks only their Valkey nodes (see [`super::settled`]).
-    pub settled: super::settled::Settled,
-    /// The last credentials read per cluster (see [`super::credentials::Known`]).
-    pub known_credentials: super::credentials::Known,
-    /// The operator's Secrets' versions, from the Secret watch.
-    pub secret_versions: super::credentials::SecretVersions,
-    /// When each cluster's rolling shards and joining replicas started, for the histograms.
-    pub stopwatches: super::stopwatch::Stopwatches,
-    /// Since when each node has not answered (see [`super::silence`]).
-    pub silence: super::silence::Silence,
-    /// Joiners of the new revision lost before they joined (see [`super::lost_joins`]).
-    pub lost_joins: super::lost_joins::LostJoins,
-    /// Every cluster's standing in its fleet rollout (see [`super::rollouts`]).
-    pub rollouts: Arc<super::rollouts::Rollouts>,
+    /// Everything the leader remembers per cluster (see [`super::memory`]).
+    pub memory: super::memory::Memory,
     /// Wakes a cluster (the controller reconciles each key sent), e.g. a queued cluster of a
     /// fleet rollout when a place frees.
     pub wake: tokio::sync::broadcast::Sender<crate::fleet::ClusterKey>,
@@ -72,7 +46,7 @@ impl Context {
 pub struct Backoff {
     first: Duration,
     cap: Duration,
-    failures: Mutex<HashMap<ClusterKey, u32>>,
+    failures: PerCluster<u32>,
 }
 
 impl Default for Backoff {
@@ -86,13 +60,13 @@ impl Backoff {
         Self {
             first,
             cap,
-            failures: Mutex::new(HashMap::new()),
+            failures: PerCluster::default(),
         }
     }
 
     /// Counts one more failure of `cluster` and returns how long to wait before the next try.
     pub fn failed(&self, cluster: &ClusterKey) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let mut failures = self.failures.lock();
         let count = failures.entry(cluster.clone()).or_insert(0);
         *count = count.saturating_add(1);
         let doublings = (*count - 1).min(16);
@@ -101,8 +75,26 @@ impl Backoff {
 
     /// `cluster` reconciled cleanly: its next failure starts from `first` again.
     pub fn succeeded(&self, cluster: &ClusterKey) {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        failures.remove(cluster);
+        self.failures.forget(cluster);
+    }
+}
+
+impl ClusterMemory for Backoff {
+    fn forget(&self, cluster: &ClusterKey) {
+        self.failures.forget(cluster);
+    }
+
+    fn reset(&self) {
+        self.failures.reset();
+    }
+
+    fn clusters(&self) -> BTreeSet<ClusterKey> {
+        self.failures.clusters()
+    }
+
+    #[cfg(test)]
+    fn sample(&self, cluster: &ClusterKey) {
+        self.failed(cluster);
     }
 }
 

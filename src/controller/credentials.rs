@@ -9,7 +9,7 @@
 //! reported it ([`SecretVersions`]), it also spares the read: a pass whose Secret has not
 //! changed since it was read (and not been written by the operator since) uses what was read.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use k8s_openapi::ByteString;
@@ -21,14 +21,17 @@ use serde_json::{Map, Value, json};
 
 use super::error::Error;
 use super::host::MANAGER;
+use super::memory::{ClusterMemory, PerCluster};
 use super::render::ClusterRender;
-use crate::credentials::{Passwords, ROTATE_ANNOTATION, Rotation, SystemCredentials, secret_name};
+use crate::credentials::{
+    CREDENTIALS_SUFFIX, Passwords, ROTATE_ANNOTATION, Rotation, SystemCredentials, secret_name,
+};
 use crate::fleet::ClusterKey;
 
 /// The last credentials read for each cluster, with the Secret version they were read at
 /// (`None` once the operator wrote the Secret: what it wrote must be read back first).
 #[derive(Debug, Default)]
-pub struct Known(Mutex<HashMap<ClusterKey, (SystemCredentials, Option<ReadAt>)>>);
+pub struct Known(PerCluster<(SystemCredentials, Option<ReadAt>)>);
 
 /// The Secret as a pass read it: its version, and whether a person asked for a rotation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,7 +42,7 @@ struct ReadAt {
 
 impl Known {
     fn get(&self, cluster: &ClusterKey) -> Option<SystemCredentials> {
-        let known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let known = self.0.lock();
         known
             .get(cluster)
             .map(|(credentials, _)| credentials.clone())
@@ -47,7 +50,7 @@ impl Known {
 
     /// What was read, if the Secret is still at the version `current` it was read at.
     fn unchanged(&self, cluster: &ClusterKey, current: Option<&str>) -> Option<Read> {
-        let known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let known = self.0.lock();
         let (credentials, at) = known.get(cluster)?;
         let at = at.as_ref()?;
         let same = Some(at.resource_version.as_str()) == current;
@@ -62,28 +65,16 @@ impl Known {
             resource_version,
             rotate_asked: read.rotate_asked,
         });
-        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut known = self.0.lock();
         known.insert(cluster.clone(), (read.credentials.clone(), at));
     }
 
     /// The operator wrote the cluster's Secret: the next pass reads it again.
     fn written(&self, cluster: &ClusterKey) {
-        let mut known = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut known = self.0.lock();
         if let Some((_, at)) = known.get_mut(cluster) {
             *at = None;
         }
-    }
-
-    /// A new term of leadership: another replica may have rotated meanwhile.
-    pub fn clear(&self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    }
-
-    pub fn forget(&self, cluster: &ClusterKey) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(cluster);
     }
 }
 
@@ -174,9 +165,15 @@ pub async fn ensure(
 pub struct SecretVersions(Mutex<HashMap<(String, String), String>>);
 
 impl SecretVersions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The watch saw the Secret at `version`, or deleted (`None`).
     pub fn saw(&self, namespace: &str, name: &str, version: Option<String>) {
-        let mut versions = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut versions = self.lock();
         let key = (namespace.to_owned(), name.to_owned());
         match version {
             Some(version) => versions.insert(key, version),
@@ -185,15 +182,40 @@ impl SecretVersions {
     }
 
     fn current(&self, namespace: &str, name: &str) -> Option<String> {
-        let versions = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let versions = self.lock();
         versions
             .get(&(namespace.to_owned(), name.to_owned()))
             .cloned()
     }
+}
+
+/// The Secrets a cluster's memory covers: its credentials.
+fn secret_of(cluster: &ClusterKey) -> (String, String) {
+    (cluster.namespace.clone(), secret_name(&cluster.name))
+}
+
+impl ClusterMemory for SecretVersions {
+    fn forget(&self, cluster: &ClusterKey) {
+        self.lock().remove(&secret_of(cluster));
+    }
 
     /// A new watch (a new term of leadership) reports every Secret again.
-    pub fn clear(&self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    fn reset(&self) {
+        self.lock().clear();
+    }
+
+    fn clusters(&self) -> BTreeSet<ClusterKey> {
+        let versions = self.lock();
+        let clusters = versions.keys().filter_map(|(namespace, name)| {
+            let cluster = name.strip_suffix(CREDENTIALS_SUFFIX)?;
+            Some(ClusterKey::new(namespace.clone(), cluster.to_owned()))
+        });
+        clusters.collect()
+    }
+
+    #[cfg(test)]
+    fn sample(&self, cluster: &ClusterKey) {
+        self.lock().insert(secret_of(cluster), "1".to_owned());
     }
 }
 
@@ -316,6 +338,37 @@ async fn write(
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
+}
+
+impl ClusterMemory for Known {
+    fn forget(&self, cluster: &ClusterKey) {
+        self.0.forget(cluster);
+    }
+
+    fn reset(&self) {
+        self.0.reset();
+    }
+
+    fn clusters(&self) -> BTreeSet<ClusterKey> {
+        self.0.clusters()
+    }
+
+    #[cfg(test)]
+    fn sample(&self, cluster: &ClusterKey) {
+        self.0.lock().insert(
+            cluster.clone(),
+            (
+                SystemCredentials {
+                    current: crate::credentials::Passwords {
+                        operator: String::new(),
+                        replication: String::new(),
+                    },
+                    rotation: Rotation::Steady,
+                },
+                None,
+            ),
+        );
+    }
 }
 
 #[cfg(test)]

@@ -68,8 +68,8 @@ impl<'a> KubeHost<'a> {
 
     /// Where this pass's writes to the cluster's nodes and Pods are recorded.
     pub fn writes(&self) -> Writes<'a> {
-        let key = ClusterKey::new(self.namespace.clone(), self.cluster().name_any());
-        self.ctx.node_cache.writes(key)
+        let key = ClusterKey::of(self.cluster());
+        self.ctx.memory.node_cache.writes(key)
     }
 
     /// Merges `status` into the ValkeyNode's status, and into this pass's copy of it.
@@ -281,7 +281,7 @@ impl NodeHost for KubeHost<'_> {
             .await?;
         let key = ClusterKey::new(self.namespace.clone(), name);
         self.resource_version = stored.metadata.resource_version.clone();
-        self.ctx.cluster_cache.wrote(&key, stored);
+        self.ctx.memory.cluster_cache.wrote(&key, stored);
         Ok(())
     }
 }

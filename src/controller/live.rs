@@ -14,11 +14,12 @@
 //! of leadership (another replica may have written meanwhile).
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::{Mutex, RwLock};
+use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
+use super::memory::{ClusterMemory, PerCluster};
 use super::render::{TLS_CERT_KEY, tls_file};
 use super::secrets::PasswordHashes;
 use crate::acl::{self, AclError, is_reserved};
@@ -98,7 +99,7 @@ pub const REFRESH: Duration = Duration::from_secs(600);
 /// starts with nothing), a digest of what it was given (its users, or the certificate it
 /// reloaded), when, and what it refused of it.
 #[derive(Debug, Default)]
-pub struct Applied(Mutex<HashMap<ClusterKey, HashMap<String, Written>>>);
+pub struct Applied(PerCluster<HashMap<String, Written>>);
 
 #[derive(Clone, Debug)]
 struct Written {
@@ -124,7 +125,7 @@ impl Applied {
         node: &str,
         test: impl FnOnce(&Written) -> bool,
     ) -> bool {
-        let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let applied = self.0.lock();
         applied
             .get(cluster)
             .and_then(|nodes| nodes.get(node))
@@ -160,7 +161,7 @@ impl Applied {
         digest: u64,
         refusals: Vec<Refusal>,
     ) {
-        let mut applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut applied = self.0.lock();
         let written = Written {
             at,
             digest,
@@ -177,7 +178,7 @@ impl Applied {
     /// closed, and the same with it left open) when last written, reachable now or not, so a
     /// node that misses one pass does not turn the condition true.
     fn refusals(&self, cluster: &ClusterKey, digests: &[u64]) -> Vec<NodeRefusal> {
-        let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let applied = self.0.lock();
         let nodes = applied.get(cluster).into_iter().flatten();
         let mut refusals: Vec<NodeRefusal> = nodes
             .filter(|(_, w)| digests.contains(&w.digest))
@@ -210,23 +211,12 @@ impl Applied {
         })
     }
 
-    /// A new term of leadership: another replica may have written meanwhile.
-    pub fn clear(&self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    }
-
     /// Keeps only the cluster's current members (retired nodes are forgotten).
     fn keep_only(&self, cluster: &ClusterKey, members: &[Member]) {
-        let mut applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut applied = self.0.lock();
         if let Some(nodes) = applied.get_mut(cluster) {
             nodes.retain(|node, _| members.iter().any(|m| &m.name == node));
         }
-    }
-
-    /// A deleted cluster's nodes are forgotten.
-    pub fn forget(&self, cluster: &ClusterKey) {
-        let mut applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        applied.remove(cluster);
     }
 }
 
@@ -331,7 +321,7 @@ pub const RELOAD_WINDOW: Duration = Duration::from_secs(150);
 /// A TLS cluster's certificate as the Secret holds it now, and when the operator first saw
 /// that version.
 #[derive(Debug, Default)]
-pub struct CertificateVersions(Mutex<HashMap<ClusterKey, (String, Instant)>>);
+pub struct CertificateVersions(PerCluster<(String, Instant)>);
 
 impl CertificateVersions {
     /// Whether `version` was first seen long enough ago that a reload now finds the new files.
@@ -340,7 +330,7 @@ impl CertificateVersions {
     }
 
     fn settled_at(&self, cluster: &ClusterKey, version: &str, now: Instant) -> bool {
-        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.0.lock();
         match seen.get(cluster) {
             Some((known, since)) if known == version => {
                 now.saturating_duration_since(*since) > RELOAD_WINDOW
@@ -350,13 +340,6 @@ impl CertificateVersions {
                 false
             }
         }
-    }
-
-    pub fn forget(&self, cluster: &ClusterKey) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(cluster);
     }
 }
 
@@ -455,6 +438,46 @@ pub async fn apply_settings(
     }
 }
 
+impl ClusterMemory for Applied {
+    fn forget(&self, cluster: &ClusterKey) {
+        self.0.forget(cluster);
+    }
+
+    fn reset(&self) {
+        self.0.reset();
+    }
+
+    fn clusters(&self) -> BTreeSet<ClusterKey> {
+        self.0.clusters()
+    }
+
+    #[cfg(test)]
+    fn sample(&self, cluster: &ClusterKey) {
+        self.0.lock().insert(cluster.clone(), HashMap::new());
+    }
+}
+
+impl ClusterMemory for CertificateVersions {
+    fn forget(&self, cluster: &ClusterKey) {
+        self.0.forget(cluster);
+    }
+
+    fn reset(&self) {
+        self.0.reset();
+    }
+
+    fn clusters(&self) -> BTreeSet<ClusterKey> {
+        self.0.clusters()
+    }
+
+    #[cfg(test)]
+    fn sample(&self, cluster: &ClusterKey) {
+        self.0
+            .lock()
+            .insert(cluster.clone(), (String::new(), Instant::now()));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -502,7 +525,7 @@ mod tests {
             !applied.is_current_at(&cluster, "n1", at, 7, Instant::now() + REFRESH),
             "trusted for REFRESH only"
         );
-        applied.clear();
+        applied.reset();
         assert!(
             !applied.is_current(&cluster, "n1", at, 7),
             "a new term trusts nothing"

@@ -6,17 +6,17 @@
 //! 2). A one-off (a killed process, a lost machine) is healed that way in seconds. But a new
 //! revision whose nodes always die (an image that crashes at start, a memory limit that the
 //! full sync exceeds) would be replaced for ever, each try a full sync from the primary, and
-//! never stall, so never halt a fleet rollout. Past [`MAX_LOST_JOINS`] losses within
+//! never stall, so never halt a fleet rollout. Past [`MAX_LOST_JOINS`](crate::roll::model::MAX_LOST_JOINS) losses within
 //! [`LOST_JOIN_WINDOW`], the planner stalls instead (`JoinsLost`), which halts the rollout.
 //!
 //! Kept in memory, not in the status: a restart of the operator forgets the count, which only
 //! allows a few more tries; and losses older than the window are forgotten too, so a stall for
 //! a passing cause ends by itself (one try per window at most).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+use super::memory::{ClusterMemory, PerCluster};
 use crate::fleet::ClusterKey;
 use crate::roll::{DesiredShape, Lifecycle, ObservedNode};
 
@@ -33,7 +33,7 @@ struct Counted {
 
 /// Per cluster, its [`Counted`] losses.
 #[derive(Debug, Default)]
-pub struct LostJoins(Mutex<HashMap<ClusterKey, Counted>>);
+pub struct LostJoins(PerCluster<Counted>);
 
 impl LostJoins {
     /// Notes the `observed` joiners of `desired`'s revision whose servers stopped, and returns
@@ -54,7 +54,7 @@ impl LostJoins {
         observed: &[ObservedNode],
         now: Instant,
     ) -> u32 {
-        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = self.0.lock();
         let Counted { revision, lost } = all.entry(cluster.clone()).or_default();
         if *revision != desired.revision {
             *revision = desired.revision.clone();
@@ -69,18 +69,24 @@ impl LostJoins {
         lost.retain(|_, at| now.saturating_duration_since(*at) < LOST_JOIN_WINDOW);
         u32::try_from(lost.len()).unwrap_or(u32::MAX)
     }
+}
 
-    /// A new term of leadership: counts begin again.
-    pub fn clear(&self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+impl ClusterMemory for LostJoins {
+    fn forget(&self, cluster: &ClusterKey) {
+        self.0.forget(cluster);
     }
 
-    /// A deleted cluster: nothing more to count.
-    pub fn forget(&self, cluster: &ClusterKey) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(cluster);
+    fn reset(&self) {
+        self.0.reset();
+    }
+
+    fn clusters(&self) -> BTreeSet<ClusterKey> {
+        self.0.clusters()
+    }
+
+    #[cfg(test)]
+    fn sample(&self, cluster: &ClusterKey) {
+        self.0.lock().insert(cluster.clone(), Counted::default());
     }
 }
 

@@ -11,9 +11,8 @@
 //! is deleted (a watch says so, see [`AppliedObjects::forget`]), or after
 //! [`super::live::REFRESH`], so a converged cluster costs the API server nothing for them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -26,6 +25,7 @@ use serde_json::json;
 use super::error::Error;
 use super::host::{KubeHost, MANAGER, NODE_FINALIZER, hold};
 use super::live::REFRESH;
+use super::memory::{ClusterMemory, PerCluster};
 use super::observe::{REPLICA_OF_ANNOTATION, has_stopped};
 use super::render::ClusterRender;
 use super::status::node_role;
@@ -47,7 +47,7 @@ pub enum Owned {
 /// object), when, and the uid of the object the API server applied it to. Cleared at each term
 /// of leadership, like every memory of writes.
 #[derive(Debug, Default)]
-pub struct AppliedObjects(Mutex<HashMap<ClusterKey, HashMap<Owned, Applied>>>);
+pub struct AppliedObjects(PerCluster<HashMap<Owned, Applied>>);
 
 #[derive(Clone, Debug)]
 struct Applied {
@@ -80,7 +80,7 @@ impl AppliedObjects {
         digest: Option<u64>,
         now: Instant,
     ) -> Standing {
-        let applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let applied = self.0.lock();
         let Some(record) = applied
             .get(cluster)
             .and_then(|objects| objects.get(&object))
@@ -96,29 +96,17 @@ impl AppliedObjects {
     }
 
     fn record(&self, cluster: &ClusterKey, object: Owned, digest: u64, uid: Option<String>) {
-        let mut applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut applied = self.0.lock();
         let objects = applied.entry(cluster.clone()).or_default();
         let at = Instant::now();
         objects.insert(object, Applied { digest, at, uid });
     }
 
     fn forget_object(&self, cluster: &ClusterKey, object: Owned) {
-        let mut applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut applied = self.0.lock();
         if let Some(objects) = applied.get_mut(cluster) {
             objects.remove(&object);
         }
-    }
-
-    /// The cluster's objects are applied again at its next pass (one was deleted, or the
-    /// cluster was).
-    pub fn forget(&self, cluster: &ClusterKey) {
-        let mut applied = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        applied.remove(cluster);
-    }
-
-    /// A new term of leadership: another replica may have written meanwhile.
-    pub fn clear(&self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 }
 
@@ -432,6 +420,25 @@ pub async fn sync_roles(
     Ok(())
 }
 
+impl ClusterMemory for AppliedObjects {
+    fn forget(&self, cluster: &ClusterKey) {
+        self.0.forget(cluster);
+    }
+
+    fn reset(&self) {
+        self.0.reset();
+    }
+
+    fn clusters(&self) -> BTreeSet<ClusterKey> {
+        self.0.clusters()
+    }
+
+    #[cfg(test)]
+    fn sample(&self, cluster: &ClusterKey) {
+        self.0.lock().insert(cluster.clone(), HashMap::new());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -488,7 +495,7 @@ mod tests {
             Standing::Unknown,
             "no uid known: read first"
         );
-        applied.clear();
+        applied.reset();
         assert_eq!(
             standing(budget, 7, now),
             Standing::Unknown,

@@ -25,6 +25,7 @@ pub mod leader;
 pub mod live;
 pub mod lost_joins;
 pub mod membership;
+pub mod memory;
 pub mod node_cache;
 pub mod observe;
 pub mod reconcile;
@@ -56,14 +57,15 @@ use crate::execute::Timeouts;
 use crate::fleet::{ClusterKey, Fleet};
 use crate::metrics::Metrics;
 use crate::settings::OperatorSettings;
-use context::{Backoff, Context};
+use context::Context;
 use error::Error;
 use leader::Leadership;
+use memory::ClusterMemory;
 
 /// The cluster a watch event reaches, unsettled first (see [`settled`]): the pass the event
 /// wakes is a full one.
 fn woken(context: &Context, key: ClusterKey) -> ObjectRef<ValkeyCluster> {
-    context.settled.unsettle(&key);
+    context.memory.settled.unsettle(&key);
     ObjectRef::new(&key.name).within(&key.namespace)
 }
 
@@ -89,7 +91,7 @@ fn cluster_refs(
                             missed = count,
                             "fleet changes arrived faster than the controller took them: reconciling every cluster"
                         );
-                        context.settled.clear();
+                        context.memory.settled.reset();
                         // No receiver only once the controller has stopped.
                         let _ = missed.unbounded_send(());
                     }
@@ -180,8 +182,8 @@ where
             let deleted = match event {
                 Ok(watcher::Event::Delete(object)) => {
                     if let Some(cluster) = controlling_cluster(&object) {
-                        context.applied_owned.forget(&cluster);
-                        context.settled.unsettle(&cluster);
+                        context.memory.applied_owned.forget(&cluster);
+                        context.memory.settled.unsettle(&cluster);
                     }
                     Some(Ok(object))
                 }
@@ -205,7 +207,7 @@ fn note_secret_version(context: &Context, event: &watcher::Event<PartialObjectMe
         secret.labels().get(labels::MANAGED_BY).map(String::as_str)
             == Some(labels::MANAGED_BY_VALUE)
     };
-    let versions = &context.secret_versions;
+    let versions = &context.memory.secret_versions;
     let (secret, present) = match event {
         watcher::Event::Apply(secret) | watcher::Event::InitApply(secret) => (secret, true),
         watcher::Event::Delete(secret) => (secret, false),
@@ -230,8 +232,7 @@ fn error_policy(cluster: Arc<ValkeyCluster>, error: &Error, ctx: Arc<Context>) -
     if error.is_invalid() {
         return Action::await_change();
     }
-    let key = ClusterKey::new(cluster.namespace().unwrap_or_default(), cluster.name_any());
-    Action::requeue(ctx.backoff.failed(&key))
+    Action::requeue(ctx.memory.backoff.failed(&ClusterKey::of(&cluster)))
 }
 
 /// Runs the controller while this replica leads; stops reconciling as soon as it does not.
@@ -251,21 +252,7 @@ pub async fn run(
         timeouts,
         recorder: events::EventRecorder::new(client.clone()),
         metrics,
-        backoff: Backoff::default(),
-        applied_acl: Default::default(),
-        applied_tls: Default::default(),
-        applied_settings: Default::default(),
-        applied_owned: Default::default(),
-        cluster_cache: Default::default(),
-        node_cache: Default::default(),
-        settled: Default::default(),
-        lost_joins: Default::default(),
-        certificate_versions: Default::default(),
-        known_credentials: Default::default(),
-        secret_versions: Default::default(),
-        stopwatches: Default::default(),
-        silence: Default::default(),
-        rollouts: Default::default(),
+        memory: Default::default(),
         wake: changes.clone(),
         leadership: leading.clone(),
     });
@@ -275,18 +262,7 @@ pub async fn run(
         }
         tracing::info!("leading: reconciling ValkeyClusters");
         // Another replica may have written to the nodes while this one did not lead.
-        context.applied_acl.clear();
-        context.applied_tls.clear();
-        context.applied_settings.clear();
-        context.applied_owned.clear();
-        context.node_cache.clear();
-        context.settled.clear();
-        context.known_credentials.clear();
-        context.secret_versions.clear();
-        context.stopwatches.clear();
-        context.silence.clear();
-        context.lost_joins.clear();
-        context.rollouts.clear();
+        context.memory.reset();
         context.metrics.leading(true);
         let mut lost = leading.clone();
         let lost = async move {
@@ -299,7 +275,7 @@ pub async fn run(
         ));
         let (missed, missed_changes) = futures::channel::mpsc::unbounded();
         let (cached, cache) = reflector::store();
-        context.cluster_cache.start_term(cached.clone());
+        context.memory.cluster_cache.start_term(cached.clone());
         let clusters = watcher(
             Api::<ValkeyCluster>::all(client.clone()),
             watcher::Config::default(),
@@ -311,7 +287,7 @@ pub async fn run(
             let context = context.clone();
             move |event| {
                 if let Ok(event) = event {
-                    context.cluster_cache.delivered(event);
+                    context.memory.cluster_cache.delivered(event);
                 }
             }
         })
@@ -325,7 +301,7 @@ pub async fn run(
                         cluster.namespace().unwrap_or_default(),
                         cluster.name_any(),
                     );
-                    context.settled.unsettle(&key);
+                    context.memory.settled.unsettle(&key);
                 }
             }
         });
@@ -346,7 +322,7 @@ pub async fn run(
                         let context = context.clone();
                         move |event| {
                             if let Ok(event) = event {
-                                context.node_cache.node_event(event);
+                                context.memory.node_cache.node_event(event);
                             }
                         }
                     }),
@@ -368,7 +344,7 @@ pub async fn run(
                             let context = context.clone();
                             move |event| {
                                 if let Ok(event) = event {
-                                    context.node_cache.pod_event(event);
+                                    context.memory.node_cache.pod_event(event);
                                 }
                             }
                         }),
@@ -433,7 +409,7 @@ pub async fn run(
         let fleet_status = rollouts::write_fleet_status(
             client.clone(),
             fleet.clone(),
-            context.rollouts.clone(),
+            context.memory.rollouts.clone(),
             context.recorder.clone(),
         );
         tokio::select! {

@@ -12,13 +12,14 @@
 //!
 //! Until both watches have listed once (a new term of leadership), every pass lists.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
+use super::memory::ClusterMemory;
 use super::observe::{ClusterNodes, PodView};
 use crate::api::{ValkeyNode, labels};
 use crate::fleet::ClusterKey;
@@ -201,11 +202,6 @@ impl NodeCache {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A new term of leadership: nothing is known until the new watches have listed.
-    pub fn clear(&self) {
-        *self.book() = Book::default();
-    }
-
     /// Applies a ValkeyNode watch event.
     pub fn node_event(&self, event: &watcher::Event<ValkeyNode>) {
         let mut book = self.book();
@@ -360,6 +356,39 @@ fn apply<K: Resource, V: Versioned>(
             }
             index.synced = true;
         }
+    }
+}
+
+impl ClusterMemory for NodeCache {
+    /// The cluster's objects go with their deletion events too; a deleted cluster's writes
+    /// waited for, and anything an event may have put back since, go now.
+    fn forget(&self, cluster: &ClusterKey) {
+        let mut book = self.book();
+        book.nodes.by_cluster.remove(cluster);
+        book.pods.by_cluster.remove(cluster);
+        book.expected.remove(cluster);
+    }
+
+    /// A new term of leadership: nothing is known until the new watches have listed.
+    fn reset(&self) {
+        *self.book() = Book::default();
+    }
+
+    fn clusters(&self) -> BTreeSet<ClusterKey> {
+        let book = self.book();
+        let nodes = book.nodes.by_cluster.keys();
+        let pods = book.pods.by_cluster.keys();
+        nodes
+            .chain(pods)
+            .chain(book.expected.keys())
+            .cloned()
+            .collect()
+    }
+
+    #[cfg(test)]
+    fn sample(&self, cluster: &ClusterKey) {
+        let mut book = self.book();
+        book.expect(cluster, Kind::Node, "node", Sight::Unknown);
     }
 }
 

@@ -39,7 +39,7 @@ pub struct StoredStatus {
 pub async fn read_status(ctx: &Context, cluster: &ValkeyCluster) -> Result<StoredStatus, Error> {
     let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
     let key = ClusterKey::new(namespace.clone(), cluster.name_any());
-    if let Some(current) = ctx.cluster_cache.current(&key) {
+    if let Some(current) = ctx.memory.cluster_cache.current(&key) {
         return Ok(StoredStatus {
             resource_version: current.metadata.resource_version.clone(),
             status: current.status.clone().unwrap_or_default(),
@@ -48,7 +48,7 @@ pub async fn read_status(ctx: &Context, cluster: &ValkeyCluster) -> Result<Store
     let api: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &namespace);
     let stored = api.get_status(&cluster.name_any()).await?;
     let version = stored.metadata.resource_version.as_deref();
-    ctx.cluster_cache.read(&key, version);
+    ctx.memory.cluster_cache.read(&key, version);
     Ok(StoredStatus {
         resource_version: stored.metadata.resource_version.clone(),
         status: stored.status.unwrap_or_default(),
@@ -117,11 +117,11 @@ impl From<&Pod> for PodView {
 pub async fn read_nodes(ctx: &Context, cluster: &ValkeyCluster) -> Result<ClusterNodes, Error> {
     let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
     let key = ClusterKey::new(namespace.clone(), cluster.name_any());
-    let mut nodes = match ctx.node_cache.fresh(&key) {
+    let mut nodes = match ctx.memory.node_cache.fresh(&key) {
         Some(cached) => cached,
         None => {
             let listed = list_nodes(ctx, cluster, &namespace).await?;
-            ctx.node_cache.listed(&key, &listed);
+            ctx.memory.node_cache.listed(&key, &listed);
             listed
         }
     };

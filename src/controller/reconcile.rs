@@ -80,11 +80,11 @@ pub async fn reconcile(cluster: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result
 /// A settled cluster's periodic pass: what its Valkey nodes say, and nothing else while they
 /// say the same (the node gauges are refreshed from it). `None`: a full pass is needed.
 async fn light_pass(ctx: &Context, cluster: &ValkeyCluster) -> Option<Action> {
-    let key = cluster_key(cluster);
-    let view = ctx.settled.view(&key)?;
+    let key = ClusterKey::of(cluster);
+    let view = ctx.memory.settled.view(&key)?;
     let observed = observe(&view.members, &view.reach).await;
     if settled::fingerprint(&observed) != view.fingerprint {
-        ctx.settled.unsettle(&key);
+        ctx.memory.settled.unsettle(&key);
         return None;
     }
     let converged = Step::Converged;
@@ -99,7 +99,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     if let Some(settled) = light_pass(ctx, cluster).await {
         return Ok(settled);
     }
-    let began = ctx.settled.begin();
+    let began = ctx.memory.settled.begin();
     let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
     let stored = read_status(ctx, cluster).await?;
     let problems = cluster_problems(&cluster.name_any(), &cluster.spec);
@@ -137,8 +137,8 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         &ctx.client,
         &render,
         &namespace,
-        &ctx.known_credentials,
-        &ctx.secret_versions,
+        &ctx.memory.known_credentials,
+        &ctx.memory.secret_versions,
         nodes
             .pods
             .values()
@@ -195,13 +195,14 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     let desired = desired_shape(cluster, &render);
     let mut memory = memory_of(&stored.status);
     memory.lost_joins = ctx
+        .memory
         .lost_joins
-        .count(&cluster_key(cluster), &desired, &observed);
+        .count(&ClusterKey::of(cluster), &desired, &observed);
     allow_more_failovers(ctx, cluster, &namespace, &mut host, &mut memory).await?;
     let step = {
         let fleet = ctx.fleet.read().unwrap_or_else(|p| p.into_inner());
         rollouts::gated(
-            &ctx.rollouts,
+            &ctx.memory.rollouts,
             &fleet,
             cluster,
             &effective,
@@ -210,7 +211,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
             plan(&desired, &observed, &memory),
         )
     };
-    for queued in ctx.rollouts.take_wakes() {
+    for queued in ctx.memory.rollouts.take_wakes() {
         // No receiver only while the controller is not running: nothing to wake then.
         let _ = ctx.wake.send(queued);
     }
@@ -299,8 +300,8 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     write_status(ctx, cluster, &stored.status, status).await?;
     acted?;
     if quiet && applied.everywhere && matches!(step, Step::Converged) {
-        let key = cluster_key(cluster);
-        ctx.settled.settle(
+        let key = ClusterKey::of(cluster);
+        ctx.memory.settled.settle(
             &key,
             began,
             members,
@@ -310,7 +311,7 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
         );
     }
     // Only a pass that got this far resets the backoff: one waiting for its config keeps it.
-    ctx.backoff.succeeded(&cluster_key(cluster));
+    ctx.memory.backoff.succeeded(&ClusterKey::of(cluster));
     Ok(requeue_after(&step, stalled_for.unwrap_or_default()))
 }
 
@@ -337,11 +338,11 @@ async fn live_stage(
     certificate: Option<&str>,
     render: &ClusterRender<'_>,
 ) -> (live::AclOutcome, bool) {
-    let key = cluster_key(pass.cluster);
+    let key = ClusterKey::of(pass.cluster);
     let name = pass.cluster.name_any();
     let mut quiet = false;
     let applied = live::apply_acl(
-        &ctx.applied_acl,
+        &ctx.memory.applied_acl,
         &key,
         pass.members,
         pass.observed,
@@ -356,7 +357,7 @@ async fn live_stage(
         &name,
         login,
         applied.everywhere,
-        &ctx.known_credentials,
+        &ctx.memory.known_credentials,
     )
     .await;
     match rotated {
@@ -373,8 +374,8 @@ async fn live_stage(
     }
     if let Some(version) = certificate {
         let reloads = live::reload_certificates(
-            &ctx.applied_tls,
-            &ctx.certificate_versions,
+            &ctx.memory.applied_tls,
+            &ctx.memory.certificate_versions,
             &key,
             pass.members,
             pass.observed,
@@ -389,7 +390,7 @@ async fn live_stage(
     }
     if matches!(pass.step, Step::Converged) {
         live::apply_settings(
-            &ctx.applied_settings,
+            &ctx.memory.applied_settings,
             &key,
             pass.members,
             pass.observed,
@@ -428,8 +429,10 @@ async fn degraded_until_fixed(
     write_degraded(ctx, cluster, &stored.status, reason, message).await?;
     // It reaches no rollout gate until fixed: its last standing must not hold a cap's place
     // or halt its group meanwhile.
-    ctx.rollouts.forget(&cluster_key(cluster));
-    Ok(Action::requeue(ctx.backoff.failed(&cluster_key(cluster))))
+    ctx.memory.rollouts.forget(&ClusterKey::of(cluster));
+    Ok(Action::requeue(
+        ctx.memory.backoff.failed(&ClusterKey::of(cluster)),
+    ))
 }
 
 /// A spec past the hard limits (admission was bypassed or off): said in the status and an
@@ -458,7 +461,7 @@ async fn spec_out_of_bounds(
         message,
     )
     .await?;
-    ctx.rollouts.forget(&cluster_key(cluster));
+    ctx.memory.rollouts.forget(&ClusterKey::of(cluster));
     Ok(Action::await_change())
 }
 
@@ -473,7 +476,7 @@ async fn prepare(
     let operator_namespace = &ctx.settings.operator_namespace;
     let conflict = membership::apply_owned_objects(
         &ctx.client,
-        &ctx.applied_owned,
+        &ctx.memory.applied_owned,
         render,
         host,
         operator_namespace,
@@ -496,14 +499,12 @@ async fn prepare(
     let members = host.members();
     let mut observed = observe(&members, reach).await;
     let bound = silence_bound(render.node_timeout());
-    let key = cluster_key(render.cluster);
-    ctx.silence.judge(&key, &members, &mut observed, bound);
+    let key = ClusterKey::of(render.cluster);
+    ctx.memory
+        .silence
+        .judge(&key, &members, &mut observed, bound);
     membership::sync_roles(&ctx.client, host, &observed, render, namespace).await?;
     Ok(observed)
-}
-
-fn cluster_key(cluster: &ValkeyCluster) -> ClusterKey {
-    ClusterKey::new(cluster.namespace().unwrap_or_default(), cluster.name_any())
 }
 
 fn desired_shape(cluster: &ValkeyCluster, render: &ClusterRender<'_>) -> DesiredShape {
@@ -552,7 +553,7 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     let nodes = read_nodes(ctx, cluster).await?;
     let nodes_api = Api::namespaced(ctx.client.clone(), &namespace);
     let pods_api = Api::namespaced(ctx.client.clone(), &namespace);
-    let writes = ctx.node_cache.writes(cluster_key(cluster));
+    let writes = ctx.memory.node_cache.writes(ClusterKey::of(cluster));
     for node in &nodes.objects {
         delete_node(&nodes_api, &pods_api, &node.name_any(), &writes).await?;
     }
@@ -561,18 +562,9 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     };
     publish(&ctx.recorder, cluster, &deleted).await;
     ctx.metrics.forget_cluster(&namespace, &cluster.name_any());
-    ctx.stopwatches.forget(&cluster_key(cluster));
-    ctx.silence.forget(&cluster_key(cluster));
-    ctx.lost_joins.forget(&cluster_key(cluster));
-    ctx.rollouts.forget(&cluster_key(cluster));
-    ctx.applied_acl.forget(&cluster_key(cluster));
-    ctx.applied_tls.forget(&cluster_key(cluster));
-    ctx.applied_settings.forget(&cluster_key(cluster));
-    ctx.applied_owned.forget(&cluster_key(cluster));
-    ctx.settled.forget(&cluster_key(cluster));
-    ctx.cluster_cache.forget(&cluster_key(cluster));
-    ctx.certificate_versions.forget(&cluster_key(cluster));
-    ctx.known_credentials.forget(&cluster_key(cluster));
+    ctx.memory.forget(&ClusterKey::of(cluster));
+    let remembered = ctx.memory.clusters().len();
+    tracing::info!(cluster = %cluster.name_any(), remembered, "forgot a deleted cluster");
     Ok(Action::await_change())
 }
 
@@ -632,7 +624,9 @@ async fn allow_more_failovers(
         )
         .await?;
     host.cluster_written(written.metadata.resource_version.clone());
-    ctx.cluster_cache.wrote(&cluster_key(cluster), written);
+    ctx.memory
+        .cluster_cache
+        .wrote(&ClusterKey::of(cluster), written);
     Ok(())
 }
 
@@ -666,7 +660,9 @@ async fn write_status(
                 &Patch::Apply(&patch),
             )
             .await?;
-        ctx.cluster_cache.wrote(&cluster_key(cluster), written);
+        ctx.memory
+            .cluster_cache
+            .wrote(&ClusterKey::of(cluster), written);
     }
     let degraded = status
         .conditions

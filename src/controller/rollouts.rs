@@ -4,7 +4,7 @@
 //! rollout starts, halts, pauses or completes.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -18,6 +18,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
 use super::events::EventRecorder;
+use super::memory::ClusterMemory;
 use super::status::{self, ConditionType, Reason, set_condition};
 use crate::api::{FleetStatus, ValkeyCluster, ValkeyConfig, ValkeyImage};
 use crate::fleet::{ClusterKey, Fleet};
@@ -105,6 +106,7 @@ impl Rollouts {
         self.replace(&mut standings, key, standing);
     }
 
+    /// The cluster left the fleet (deleted, or no longer resolving through a rollout's config).
     pub fn forget(&self, key: &ClusterKey) {
         let mut standings = self.standings.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(mut gone) = standings.get(key).cloned() {
@@ -116,7 +118,7 @@ impl Rollouts {
     }
 
     /// A new term of leadership: nothing is known of the fleet yet.
-    pub fn clear(&self) {
+    fn clear(&self) {
         let mut standings = self.standings.lock().unwrap_or_else(|p| p.into_inner());
         standings.clear();
         let mut since = self.leading_since.lock().unwrap_or_else(|p| p.into_inner());
@@ -151,7 +153,7 @@ pub fn gated(
     desired: &DesiredShape,
     step: Step,
 ) -> Step {
-    let key = ClusterKey::new(cluster.namespace().unwrap_or_default(), cluster.name_any());
+    let key = ClusterKey::of(cluster);
     let chain = &effective.chain.0;
     let group = chain
         .iter()
@@ -489,6 +491,34 @@ async fn publish(
     };
     if let Err(error) = recorder.publish(&event, &reference).await {
         tracing::warn!(%config, %error, "could not record a rollout event");
+    }
+}
+
+impl ClusterMemory for Rollouts {
+    fn forget(&self, cluster: &ClusterKey) {
+        Rollouts::forget(self, cluster);
+    }
+
+    fn reset(&self) {
+        self.clear();
+    }
+
+    fn clusters(&self) -> BTreeSet<ClusterKey> {
+        let standings = self.standings.lock().unwrap_or_else(|p| p.into_inner());
+        standings.keys().cloned().collect()
+    }
+
+    #[cfg(test)]
+    fn sample(&self, cluster: &ClusterKey) {
+        let standing = Standing {
+            group: None,
+            chain: Vec::new(),
+            image: String::new(),
+            wave: Wave::Last,
+            target: String::new(),
+            progress: Progress::UpToDate,
+        };
+        self.record(cluster, standing);
     }
 }
 

@@ -13,12 +13,13 @@
 //! unsettled: the pass began before it ([`PassStart`]), so what it read may be older than the
 //! event, and it does not settle the cluster at its end.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 use std::time::Instant;
 
 use super::live::REFRESH;
+use super::memory::ClusterMemory;
 use crate::execute::Member;
 use crate::fleet::ClusterKey;
 use crate::roll::{DesiredShape, ObservedNode};
@@ -51,7 +52,7 @@ struct Book {
     views: HashMap<ClusterKey, SettledView>,
     /// Unsettled since their last settle; dropped again when they settle.
     unsettled_at: HashMap<ClusterKey, u64>,
-    /// The last [`Settled::clear`]: a pass begun before it settles nothing.
+    /// The last reset (see [`ClusterMemory::reset`]): a pass begun before it settles nothing.
     cleared_at: u64,
 }
 
@@ -119,22 +120,6 @@ impl Settled {
         let at = book.tick();
         book.unsettled_at.insert(cluster.clone(), at);
     }
-
-    /// Nothing is settled, and no pass in flight settles anything: a new term of leadership,
-    /// or watch events that were missed.
-    pub fn clear(&self) {
-        let mut book = self.book();
-        book.views.clear();
-        book.unsettled_at.clear();
-        book.cleared_at = book.tick();
-    }
-
-    /// A deleted cluster: nothing of it is kept.
-    pub fn forget(&self, cluster: &ClusterKey) {
-        let mut book = self.book();
-        book.views.remove(cluster);
-        book.unsettled_at.remove(cluster);
-    }
 }
 
 /// What the planner and the status read of the nodes, without what moves on its own in a
@@ -165,6 +150,34 @@ pub fn fingerprint(observed: &[ObservedNode]) -> u64 {
         node.leaving.hash(&mut hasher);
     }
     hasher.finish()
+}
+
+impl ClusterMemory for Settled {
+    fn forget(&self, cluster: &ClusterKey) {
+        let mut book = self.book();
+        book.views.remove(cluster);
+        book.unsettled_at.remove(cluster);
+    }
+
+    /// Nothing is settled, and no pass in flight settles anything: a new term of leadership,
+    /// or watch events that were missed.
+    fn reset(&self) {
+        let mut book = self.book();
+        book.views.clear();
+        book.unsettled_at.clear();
+        book.cleared_at = book.tick();
+    }
+
+    fn clusters(&self) -> BTreeSet<ClusterKey> {
+        let book = self.book();
+        let unsettled = book.unsettled_at.keys();
+        book.views.keys().chain(unsettled).cloned().collect()
+    }
+
+    #[cfg(test)]
+    fn sample(&self, cluster: &ClusterKey) {
+        self.unsettle(cluster);
+    }
 }
 
 #[cfg(test)]
@@ -241,7 +254,7 @@ mod tests {
         assert!(settled.view(&key).is_none(), "a watch event");
         let began = settled.begin();
         settled.settle(&key, began, Vec::new(), reach, desired, &[]);
-        settled.clear();
+        settled.reset();
         assert!(settled.view(&key).is_none(), "a new term");
     }
 
@@ -272,7 +285,7 @@ mod tests {
         assert!(settle(began), "another cluster's event is not this one's");
 
         let began = settled.begin();
-        settled.clear();
+        settled.reset();
         assert!(!settle(began), "a pass begun before a clear");
         assert!(settle(settled.begin()), "one begun after it");
     }

@@ -10,17 +10,17 @@
 //! taken over by its most caught-up replica, and the hung node is then replaced and retired.
 //! A restart of the operator starts every count again, which only delays a takeover.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+use super::memory::{ClusterMemory, PerCluster};
 use crate::execute::Member;
 use crate::fleet::ClusterKey;
 use crate::roll::ObservedNode;
 
 /// Since when each node of each cluster has not answered.
 #[derive(Debug, Default)]
-pub struct Silence(Mutex<HashMap<ClusterKey, HashMap<String, Instant>>>);
+pub struct Silence(PerCluster<HashMap<String, Instant>>);
 
 /// How long a node may stay silent before it is treated as dead: twice Valkey's
 /// `cluster-node-timeout` (so that where Valkey can fail a primary over itself, it does so
@@ -51,7 +51,7 @@ impl Silence {
         bound: Duration,
         now: Instant,
     ) {
-        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = self.0.lock();
         let since = all.entry(cluster.clone()).or_default();
         since.retain(|name, _| observed.iter().any(|o| &o.name == name));
         for node in observed.iter_mut() {
@@ -71,17 +71,24 @@ impl Silence {
             all.remove(cluster);
         }
     }
+}
 
-    /// A new term of leadership: counts begin again.
-    pub fn clear(&self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+impl ClusterMemory for Silence {
+    fn forget(&self, cluster: &ClusterKey) {
+        self.0.forget(cluster);
     }
 
-    pub fn forget(&self, cluster: &ClusterKey) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(cluster);
+    fn reset(&self) {
+        self.0.reset();
+    }
+
+    fn clusters(&self) -> BTreeSet<ClusterKey> {
+        self.0.clusters()
+    }
+
+    #[cfg(test)]
+    fn sample(&self, cluster: &ClusterKey) {
+        self.0.lock().insert(cluster.clone(), HashMap::new());
     }
 }
 
@@ -169,7 +176,7 @@ mod tests {
             ..seen("a", false)
         }];
         silence.judge_at(&cluster, &members, &mut stopped, bound, start);
-        assert!(silence.0.lock().unwrap().is_empty(), "nothing kept for it");
+        assert!(silence.0.lock().is_empty(), "nothing kept for it");
         let mut silent = [seen("a", false)];
         silence.judge_at(&cluster, &members, &mut silent, bound, start);
         silence.forget(&cluster);

@@ -10,9 +10,9 @@
 //! 5. a step on a shard that has an outdated node starts timing that shard, if it is not yet.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::memory::{ClusterMemory, PerCluster};
 use crate::fleet::ClusterKey;
 use crate::metrics::Timed;
 use crate::roll::Step;
@@ -81,7 +81,7 @@ impl RollClock {
 /// Every cluster's [`RollClock`].
 #[derive(Debug, Default)]
 pub struct Stopwatches {
-    clocks: Mutex<HashMap<ClusterKey, RollClock>>,
+    clocks: PerCluster<RollClock>,
 }
 
 impl Stopwatches {
@@ -91,7 +91,7 @@ impl Stopwatches {
         pass: &Pass,
         now: Instant,
     ) -> Vec<(Timed, Duration)> {
-        let mut clocks = self.clocks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut clocks = self.clocks.lock();
         let clock = clocks.entry(cluster.clone()).or_default();
         let finished = clock.record(pass, now);
         if clock.shards.is_empty() && clock.joins.is_empty() {
@@ -99,15 +99,26 @@ impl Stopwatches {
         }
         finished
     }
+}
 
-    pub fn forget(&self, cluster: &ClusterKey) {
-        let mut clocks = self.clocks.lock().unwrap_or_else(|p| p.into_inner());
-        clocks.remove(cluster);
+impl ClusterMemory for Stopwatches {
+    fn forget(&self, cluster: &ClusterKey) {
+        self.clocks.forget(cluster);
     }
 
-    pub fn clear(&self) {
-        let mut clocks = self.clocks.lock().unwrap_or_else(|p| p.into_inner());
-        clocks.clear();
+    fn reset(&self) {
+        self.clocks.reset();
+    }
+
+    fn clusters(&self) -> BTreeSet<ClusterKey> {
+        self.clocks.clusters()
+    }
+
+    #[cfg(test)]
+    fn sample(&self, cluster: &ClusterKey) {
+        self.clocks
+            .lock()
+            .insert(cluster.clone(), RollClock::default());
     }
 }
 
