@@ -19,10 +19,11 @@ UNIT_TESTS := crd_drift roll_props roll_heal_props admission_https admission_fuz
 test-unit: valkey-bins
 	cargo test --workspace --lib --bins $(addprefix --test ,$(UNIT_TESTS))
 
-## lint: formatting, clippy, and the CRD drift check.
+## lint: formatting, clippy, and the docs (every intra-doc link resolves, private items included).
 lint:
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings -A rustdoc::private-intra-doc-links" cargo doc --workspace --no-deps --document-private-items --quiet
 
 ## crds: regenerate the chart's CRD YAML from the binary.
 crds:

@@ -1,7 +1,7 @@
 //! The one executor of the planner's steps. The Kubernetes controller and the real-process roll
 //! tests and benchmark run the same code: [`membership::introduce`] (MEET and REPLICATE for
 //! nodes that answer), [`observe::observe`], the pure planner [`crate::roll::plan`], then
-//! [`perform`] of exactly the one step planned.
+//! [`perform()`] of exactly the one step planned.
 //!
 //! What differs between the places nodes live is behind [`NodeHost`]: how a node is created,
 //! found, marked active and removed, and where the roll's memory is kept. The controller's host

@@ -296,7 +296,7 @@ pub struct Operator {
     pub url: String,
     log: PathBuf,
     client: reqwest::Client,
-    /// Everything after the program name, so [`Operator::restart`] starts the same process.
+    /// Everything after the program name, so [`Operator::kill_and_restart`] starts the same process.
     args: Vec<std::ffi::OsString>,
     kubeconfig: PathBuf,
     /// The bearer token /metrics is read with, if the identity has one.
