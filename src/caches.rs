@@ -15,6 +15,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
+use crate::api::annotations::{ROLLOUT_PAUSED, ROLLOUT_WAVE};
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyRole};
 use crate::fleet::{ClusterKey, Fleet};
 use crate::resolve::Catalog;
@@ -97,11 +98,11 @@ impl Indexed for ValkeyImage {
     }
 }
 
-/// A person paused the config's rollouts ([`crate::rollout::PAUSE_ANNOTATION`]).
+/// A person paused the config's rollouts ([`ROLLOUT_PAUSED`]).
 fn paused(config: &ValkeyConfig) -> bool {
     config
         .annotations()
-        .get(crate::rollout::PAUSE_ANNOTATION)
+        .get(ROLLOUT_PAUSED)
         .is_some_and(|value| value == "true")
 }
 
@@ -148,7 +149,7 @@ impl Indexed for ValkeyCluster {
     fn apply(&self, fleet: &mut Fleet) {
         let key = ClusterKey::of(self);
         fleet.upsert_cluster(key.clone(), &self.spec.config_ref);
-        let wave = self.annotations().get(crate::rollout::WAVE_ANNOTATION);
+        let wave = self.annotations().get(ROLLOUT_WAVE);
         fleet.set_cluster_wave_annotation(&key, wave.map(String::as_str));
         let roles: BTreeSet<String> = self
             .spec

@@ -21,7 +21,7 @@
 //! SYNCSLOTS`, which lets anyone move any shard's slots; 9.0 clusters move slots key by key
 //! instead, see [`crate::valkey::migration`].)
 //!
-//! A rotation (asked for with [`ROTATE_ANNOTATION`] on the Secret) never locks anything out:
+//! A rotation (asked for with [`ROTATE_CREDENTIALS`](crate::api::annotations::ROTATE_CREDENTIALS) on the Secret) never locks anything out:
 //! 1. **Adding**: new passwords are kept beside the current ones (`next-…` keys); every node
 //!    is given both hashes;
 //! 2. **Dropping**: once every node has both, the new passwords become current (the operator
@@ -53,9 +53,6 @@ pub const REPLICATION_PASSWORD: &str = "replication-password";
 pub const AUTH_CONF: &str = "auth.conf";
 const NEXT: &str = "next-";
 const PREVIOUS: &str = "previous-";
-
-/// Put on the Secret (any value) to rotate both passwords; removed when the rotation starts.
-pub const ROTATE_ANNOTATION: &str = "valkey.gomomento.com/rotate-credentials";
 
 /// The name of a cluster's credentials Secret.
 pub fn secret_name(cluster: &str) -> String {

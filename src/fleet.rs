@@ -56,9 +56,9 @@ pub struct Fleet {
     /// Secrets (of the cluster's own namespace) a cluster's users name, and back.
     cluster_secrets: HashMap<ClusterKey, BTreeSet<String>>,
     clusters_by_secret: HashMap<ClusterKey, BTreeSet<ClusterKey>>,
-    /// Configs whose rollouts a person paused ([`crate::rollout::PAUSE_ANNOTATION`]).
+    /// Configs whose rollouts a person paused ([`ROLLOUT_PAUSED`](crate::api::annotations::ROLLOUT_PAUSED)).
     paused_configs: BTreeSet<String>,
-    /// Each cluster's `rollout-wave` annotation ([`crate::rollout::WAVE_ANNOTATION`]), for
+    /// Each cluster's `rollout-wave` annotation ([`ROLLOUT_WAVE`](crate::api::annotations::ROLLOUT_WAVE)), for
     /// admission's words.
     cluster_waves: HashMap<ClusterKey, String>,
     /// What each cluster's ACL users cost apart from their roles (see [`crate::acl::Cost`]):

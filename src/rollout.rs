@@ -10,7 +10,7 @@
 //!    stops it after its shard and the cap counts it only while it rolls a shard;
 //! 2. a cluster none of whose configs is paused and that has no policy starts at once (the
 //!    guide's behaviour: everything together);
-//! 3. a paused rollout starts nobody (annotation [`PAUSE_ANNOTATION`] on any config of the
+//! 3. a paused rollout starts nobody (annotation [`ROLLOUT_PAUSED`] on any config of the
 //!    cluster's chain);
 //! 4. in a leader's first [`LEARNING`], a cluster whose group has members this leader has not
 //!    seen yet waits for their first pass (until then it cannot count them; after it, a member
@@ -24,7 +24,7 @@
 //! 8. otherwise it starts.
 //!
 //! Waves are the platform's ([`wave_of`]): the policy's `waves` name their clusters; the
-//! annotation [`WAVE_ANNOTATION`] a cluster's owner may put on it counts only where the policy
+//! annotation [`ROLLOUT_WAVE`](crate::api::annotations::ROLLOUT_WAVE) a cluster's owner may put on it counts only where the policy
 //! allows it (after the policy's waves); every other cluster is in the last wave.
 //!
 //! Only a stall of the change itself halts a group ([`Progress::Stalled`]): its new nodes never
@@ -36,13 +36,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::api::RolloutPolicy;
+use crate::api::annotations::ROLLOUT_PAUSED;
 use crate::fleet::ClusterKey;
-
-/// On a ValkeyConfig, `"true"` pauses every rollout through it: no cluster resolving through it
-/// starts rolling, and clusters rolling finish the shard they are on and wait.
-pub const PAUSE_ANNOTATION: &str = "valkey.gomomento.com/rollout-paused";
-/// On a ValkeyCluster, its wave in its group's rollout (`"0"` for canaries).
-pub const WAVE_ANNOTATION: &str = "valkey.gomomento.com/rollout-wave";
 
 /// A cluster's wave: a number, or the last wave (after every numbered one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -136,7 +131,7 @@ pub struct Asking<'a> {
     pub key: &'a ClusterKey,
     pub standing: &'a Standing,
     pub policy: Option<Policy>,
-    /// Some config of its chain carries [`PAUSE_ANNOTATION`].
+    /// Some config of its chain carries [`ROLLOUT_PAUSED`].
     pub paused: bool,
     /// Some node already runs the desired revision.
     pub started: bool,
@@ -203,7 +198,7 @@ impl fmt::Display for WaitFor {
         match self {
             WaitFor::Paused => write!(
                 f,
-                "the rollout is paused ({PAUSE_ANNOTATION} on a config it resolves through)"
+                "the rollout is paused ({ROLLOUT_PAUSED} on a config it resolves through)"
             ),
             WaitFor::Learning { unseen } => write!(
                 f,

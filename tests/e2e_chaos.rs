@@ -32,9 +32,8 @@ use harness::k8s::{ClusterWatch, IMAGES, Product, condition_field, converged};
 use harness::valkey::{Sampler, Writer, layout, lost_writes, primary_changes};
 use harness::{eventually, signal};
 use tokio::time::Instant;
-use valkey_operator::api::annotations::RETRY_FAILOVERS;
+use valkey_operator::api::annotations::{RETRY_FAILOVERS, ROLLOUT_PAUSED};
 use valkey_operator::roll::{MAX_FAILOVER_ATTEMPTS, slots::bootstrap_range};
-use valkey_operator::rollout::PAUSE_ANNOTATION;
 
 const NAMESPACE: &str = "chaos";
 const CLUSTER: &str = "ledger";
@@ -355,7 +354,7 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
     let watch = ClusterWatch::start(&product, NAMESPACE, CLUSTER).await;
     let before = product.cluster(NAMESPACE, CLUSTER)["status"]["desiredRevision"].clone();
     let config = "valkeyconfig/fast-failure-detection";
-    product.kubectl(&["annotate", config, &format!("{PAUSE_ANNOTATION}=true")]);
+    product.kubectl(&["annotate", config, &format!("{ROLLOUT_PAUSED}=true")]);
     product.patch(config, None, r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#);
     let revision = eventually("the roll's revision", Duration::from_secs(30), async || {
         let now = product.cluster(NAMESPACE, CLUSTER)["status"]["desiredRevision"].clone();
@@ -384,7 +383,7 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
         SHARDS * 2,
         "the paused roll has not started"
     );
-    product.kubectl(&["annotate", config, &format!("{PAUSE_ANNOTATION}-")]);
+    product.kubectl(&["annotate", config, &format!("{ROLLOUT_PAUSED}-")]);
     let stalled = eventually(
         "the roll to stall on shard 0",
         Duration::from_secs(120),

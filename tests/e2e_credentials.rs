@@ -19,7 +19,8 @@ use harness::valkey::logins::{admin, anonymous_reply};
 use harness::valkey::wait_for_layout;
 use k8s_openapi::ByteString;
 use serde_json::Value;
-use valkey_operator::credentials::{OPERATOR_USER, ROTATE_ANNOTATION, secret_name};
+use valkey_operator::api::annotations::ROTATE_CREDENTIALS;
+use valkey_operator::credentials::{OPERATOR_USER, secret_name};
 use valkey_operator::valkey::{Credentials, NodeClient};
 
 const NAMESPACE: &str = "bank";
@@ -109,7 +110,7 @@ async fn wait_rotated(product: &Product, old: &str, started: Instant) -> (String
         async || {
             let secret = secret(product);
             let (keys, password) = keys_and_password(&secret);
-            let annotated = secret["metadata"]["annotations"][ROTATE_ANNOTATION].is_string();
+            let annotated = secret["metadata"]["annotations"][ROTATE_CREDENTIALS].is_string();
             let steady = keys == ["auth.conf", "operator-password", "replication-password"];
             if steady && !annotated && password != old && !password.is_empty() {
                 Ok(password)
@@ -191,7 +192,7 @@ async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
         &secret_name(CLUSTER),
         "-n",
         NAMESPACE,
-        &format!("{ROTATE_ANNOTATION}=now"),
+        &format!("{ROTATE_CREDENTIALS}=now"),
     ]);
     let (rotated, took) = wait_rotated(&product, &password, started).await;
     println!("rotation by annotation: new password only, on every node, in {took:.1?}");

@@ -17,11 +17,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
+use valkey_operator::api::annotations::ROLLOUT_PAUSED;
 
 use harness::eventually;
 use harness::k8s::{IMAGES, Product};
 use serde_json::Value;
-use valkey_operator::rollout::PAUSE_ANNOTATION;
 
 const NAMESPACE: &str = "fleet";
 /// The clusters, and the wave their owner's annotation asks for (the policy ignores it).
@@ -260,7 +260,7 @@ async fn a_capped_rollout_in_waves_halts_on_a_stall_resumes_when_fixed_and_pause
         );
         // Pause as soon as the canary has completed, when wave 1 would start; resume 10 s later.
         if timeline.completed.contains_key("canary") && paused_at.is_none() {
-            let annotation = format!("{PAUSE_ANNOTATION}=true");
+            let annotation = format!("{ROLLOUT_PAUSED}=true");
             product.kubectl(&["annotate", "valkeyconfig", "fleet-base", &annotation]);
             paused_at = Some(Instant::now());
         }
@@ -287,7 +287,7 @@ async fn a_capped_rollout_in_waves_halts_on_a_stall_resumes_when_fixed_and_pause
                 "annotate",
                 "valkeyconfig",
                 "fleet-base",
-                &format!("{PAUSE_ANNOTATION}-"),
+                &format!("{ROLLOUT_PAUSED}-"),
             ]);
             resumed_at = Some(Instant::now());
         }

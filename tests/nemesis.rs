@@ -40,7 +40,8 @@ use harness::valkey::{Sampler, Writer, lost_writes, primary_changes, try_layout}
 use harness::{eventually, signal};
 use testenv::KubeletOptions;
 use tokio::time::Instant;
-use valkey_operator::credentials::{ROTATE_ANNOTATION, secret_name};
+use valkey_operator::api::annotations::ROTATE_CREDENTIALS;
+use valkey_operator::credentials::secret_name;
 use valkey_operator::roll::Role;
 use valkey_operator::roll::slots::bootstrap_range;
 
@@ -452,7 +453,7 @@ impl Run<'_> {
             }
             Change::Rotation => {
                 let secret = secret_name(&self.name);
-                let annotation = format!("{ROTATE_ANNOTATION}=now");
+                let annotation = format!("{ROTATE_CREDENTIALS}=now");
                 product.kubectl(&["annotate", "secret", &secret, "-n", NAMESPACE, &annotation]);
             }
         }

@@ -50,7 +50,7 @@ use serde_json::json;
 
 use super::http::{MAX_BODY_BYTES, parse_review};
 use crate::api::annotations::HANDOVER_REQUESTED;
-use crate::api::{NodeRole, ValkeyCluster, ValkeyNode, labels};
+use crate::api::{NodeRole, ValkeyCluster, ValkeyNode, field_managers, labels};
 use crate::metrics::Metrics;
 
 /// The webhook's path, as the ValidatingWebhookConfiguration names it.
@@ -61,9 +61,6 @@ pub const GIVE_UP_AFTER: Duration = Duration::from_secs(120);
 
 /// No handover of a shard is asked for within this of another node's of the same shard.
 pub const HANDOVER_INTERVAL: Duration = Duration::from_secs(60);
-
-/// The field manager of the handover annotation.
-const MANAGER: &str = "valkey-operator-eviction";
 
 /// What the eviction endpoint needs: the API, to read the Pod and mark its node.
 #[derive(Clone)]
@@ -425,7 +422,7 @@ async fn mark(
     Api::<ValkeyNode>::namespaced(client.clone(), namespace)
         .patch(
             node,
-            &PatchParams::apply(MANAGER).force(),
+            &PatchParams::apply(field_managers::EVICTION).force(),
             &Patch::Apply(&patch),
         )
         .await?;

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use semver::Version;
 
 use super::{Policy, Verdict, clip, plural, some_of};
+use crate::api::annotations::{ROLLOUT_PAUSED, ROLLOUT_WAVE};
 use crate::api::{RolloutPolicy, ValkeyConfigSpec, annotations};
 use crate::fleet::{ClusterKey, Fleet};
 use crate::resolve::{self, Catalog, ResolvedImage, WithConfig};
-use crate::rollout::{PAUSE_ANNOTATION, WAVE_ANNOTATION};
 
 /// How many cluster names a warning shows before "and N more".
 const NAMES_SHOWN: usize = 3;
@@ -159,10 +159,10 @@ pub fn judge_config_change(
         };
         let waves = match (rollout.waves.len(), rollout.allow_wave_annotation) {
             (0, false) => "in one wave".to_owned(),
-            (0, true) => format!("in waves by the {WAVE_ANNOTATION} annotation"),
+            (0, true) => format!("in waves by the {ROLLOUT_WAVE} annotation"),
             (n, false) => format!("in {} named first, the rest last", plural(n, "wave")),
             (n, true) => format!(
-                "in {} named first, then by the {WAVE_ANNOTATION} annotation, the rest last",
+                "in {} named first, then by the {ROLLOUT_WAVE} annotation, the rest last",
                 plural(n, "wave")
             ),
         };
@@ -171,7 +171,7 @@ pub fn judge_config_change(
             plural(*count, "ValkeyCluster"),
         )));
         verdict.warn(clip(format!(
-            "A stall on the new image halts the rest of {group}'s rollout; {PAUSE_ANNOTATION}: \"true\" on the config pauses it."
+            "A stall on the new image halts the rest of {group}'s rollout; {ROLLOUT_PAUSED}: \"true\" on the config pauses it."
         )));
     }
     if pacing.unpaced > 0 && !pacing.paced.is_empty() {

@@ -30,15 +30,37 @@ pub const RESERVED_PREFIX: &str = "valkey.gomomento.com/";
 
 /// Labels the operator puts on every object it creates, so a fleet dashboard can select by them.
 pub mod labels {
+    /// On every object of a cluster: the ValkeyCluster's name.
     pub const CLUSTER: &str = "valkey.gomomento.com/cluster";
+    /// On a node's ValkeyNode and Pod: its shard.
     pub const SHARD: &str = "valkey.gomomento.com/shard";
+    /// On a node's Pod: `primary` or `replica`, kept in step with what the node says.
     pub const ROLE: &str = "valkey.gomomento.com/role";
+    /// On a node's Pod: its ValkeyNode's name.
+    pub const NODE: &str = "valkey.gomomento.com/node";
     pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
     pub const MANAGED_BY_VALUE: &str = "valkey-operator";
 }
 
-/// Annotations users set to talk to the operator.
+/// Annotations: those users set to talk to the operator, and those it writes for itself.
 pub mod annotations {
+    /// On a ValkeyConfig, `"true"` pauses every rollout through it: no cluster resolving
+    /// through it starts rolling, and clusters rolling finish the shard they are on and wait.
+    pub const ROLLOUT_PAUSED: &str = "valkey.gomomento.com/rollout-paused";
+
+    /// On a ValkeyCluster, its wave in its group's rollout (`"0"` for canaries).
+    pub const ROLLOUT_WAVE: &str = "valkey.gomomento.com/rollout-wave";
+
+    /// On a cluster's credentials Secret (any value): rotate both passwords; removed when the
+    /// rotation starts.
+    pub const ROTATE_CREDENTIALS: &str = "valkey.gomomento.com/rotate-credentials";
+
+    /// The operator's own, on a ValkeyNode created as a replica: the ValkeyNode it replicates.
+    pub const REPLICA_OF: &str = "valkey.gomomento.com/replica-of";
+
+    /// The operator's own, on Pods and ValkeyNodes: the revision they were created from.
+    pub const REVISION: &str = "valkey.gomomento.com/revision";
+
     /// Set on a ValkeyConfig to acknowledge a fleet-wide roll when the operator's
     /// `fleetRollAckThreshold` is exceeded. Its value must name the new image (the ValkeyImage
     /// name the config will resolve to), so an acknowledgement never carries over to a later change.
@@ -59,6 +81,28 @@ pub mod annotations {
     /// How long a handover request counts: long enough for a drain's retries, short enough
     /// that a drain given up long ago never moves a primary again.
     pub const HANDOVER_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
+}
+
+/// The finalizers the operator puts on its objects.
+pub mod finalizers {
+    /// On every ValkeyCluster: its nodes are retired before it goes.
+    pub const RETIRE_NODES: &str = "valkey.gomomento.com/retire-nodes";
+
+    /// On every ValkeyNode the operator runs: a ValkeyNode deleted by hand stays until the
+    /// operator has replaced it like an outdated node (a primary hands its shard over first; a
+    /// shard without replicas gets one first), so a `kubectl delete` loses no data and leaves
+    /// no slot unserved. The operator's own retirement releases it.
+    pub const RETIRE_NODE: &str = "valkey.gomomento.com/retire";
+}
+
+/// The field managers the operator writes under (server-side apply and merge patches).
+pub mod field_managers {
+    /// Everything the controller writes but the roll memory.
+    pub const CONTROLLER: &str = "valkey-operator";
+    /// `status.roll`, apart so the status apply never removes it.
+    pub const ROLL: &str = "valkey-operator-roll";
+    /// The eviction webhook's handover annotation.
+    pub const EVICTION: &str = "valkey-operator-eviction";
 }
 
 /// The CustomResourceDefinitions of all five kinds, in a stable order.

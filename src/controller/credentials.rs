@@ -20,12 +20,11 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
 use super::error::Error;
-use super::host::MANAGER;
 use super::memory::{ClusterMemory, PerCluster};
 use super::render::ClusterRender;
-use crate::credentials::{
-    CREDENTIALS_SUFFIX, Passwords, ROTATE_ANNOTATION, Rotation, SystemCredentials, secret_name,
-};
+use crate::api::annotations::ROTATE_CREDENTIALS;
+use crate::api::field_managers::CONTROLLER as MANAGER;
+use crate::credentials::{CREDENTIALS_SUFFIX, Passwords, Rotation, SystemCredentials, secret_name};
 use crate::fleet::ClusterKey;
 
 /// The last credentials read for each cluster, with the Secret version they were read at
@@ -151,7 +150,7 @@ pub async fn ensure(
             }
             Read {
                 credentials,
-                rotate_asked: secret.annotations().contains_key(ROTATE_ANNOTATION),
+                rotate_asked: secret.annotations().contains_key(ROTATE_CREDENTIALS),
             }
         }
     };
@@ -333,7 +332,7 @@ async fn write(
     }
     let mut patch = json!({ "data": patch_data });
     if clear_annotation {
-        patch["metadata"] = json!({"annotations": {ROTATE_ANNOTATION: null}});
+        patch["metadata"] = json!({"annotations": {ROTATE_CREDENTIALS: null}});
     }
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;

@@ -13,18 +13,16 @@ use serde_json::json;
 
 use super::context::Context;
 use super::node_cache::{Kind, Writes};
-use super::observe::{ClusterNodes, REPLICA_OF_ANNOTATION, roll_status};
+use super::observe::{ClusterNodes, roll_status};
 use super::render::ClusterRender;
-use crate::api::{NodeLifecycle, NodeRole, ValkeyCluster, ValkeyNode, ValkeyNodeStatus};
+use crate::api::{
+    NodeLifecycle, NodeRole, ValkeyCluster, ValkeyNode, ValkeyNodeStatus, annotations,
+    field_managers, finalizers,
+};
 use crate::execute::{Member, NodeHost};
 use crate::fleet::ClusterKey;
 use crate::roll::RollMemory;
 use crate::valkey::NodeAddress;
-
-/// The field manager of everything the controller writes but the roll memory.
-pub const MANAGER: &str = "valkey-operator";
-/// The field manager of `status.roll`, apart so the status apply never removes it.
-pub const ROLL_MANAGER: &str = "valkey-operator-roll";
 
 /// One cluster's nodes for the length of one pass.
 pub struct KubeHost<'a> {
@@ -81,7 +79,11 @@ impl<'a> KubeHost<'a> {
         let patch = json!({ "status": status });
         let updated = self
             .nodes_api
-            .patch_status(name, &PatchParams::apply(MANAGER), &Patch::Merge(&patch))
+            .patch_status(
+                name,
+                &PatchParams::apply(field_managers::CONTROLLER),
+                &Patch::Merge(&patch),
+            )
             .await?;
         self.writes().node(&updated);
         if let Some(node) = self.nodes.get_mut(name) {
@@ -121,7 +123,7 @@ where
 }
 
 /// Deletes a node's Pod and ValkeyNode (with or without garbage collection), releasing the
-/// node's [`NODE_FINALIZER`] between the two.
+/// node's [`finalizers::RETIRE_NODE`] between the two.
 pub async fn delete_node(
     nodes: &Api<ValkeyNode>,
     pods: &Api<Pod>,
@@ -132,12 +134,6 @@ pub async fn delete_node(
     release(nodes, name, writes).await?;
     delete_if_present(nodes, name, Kind::Node, writes).await
 }
-
-/// On every ValkeyNode the operator runs: a ValkeyNode deleted by hand stays until the
-/// operator has replaced it like an outdated node (a primary hands its shard over first; a
-/// shard without replicas gets one first), so a `kubectl delete` loses no data and leaves no
-/// slot unserved. The operator's own retirement releases it.
-pub const NODE_FINALIZER: &str = "valkey.gomomento.com/retire";
 
 /// Sets the node's finalizers to `change(current)`, over the version read (a concurrent change
 /// fails the patch rather than being overwritten); a node that is gone needs nothing.
@@ -166,22 +162,22 @@ async fn set_finalizers(
     Ok(())
 }
 
-/// Puts [`NODE_FINALIZER`] on the node.
+/// Puts [`finalizers::RETIRE_NODE`] on the node.
 pub async fn hold(
     nodes: &Api<ValkeyNode>,
     name: &str,
     writes: &Writes<'_>,
 ) -> Result<(), kube::Error> {
     set_finalizers(nodes, name, writes, |mut finalizers| {
-        if !finalizers.iter().any(|f| f == NODE_FINALIZER) {
-            finalizers.push(NODE_FINALIZER.to_string());
+        if !finalizers.iter().any(|f| f == finalizers::RETIRE_NODE) {
+            finalizers.push(finalizers::RETIRE_NODE.to_string());
         }
         finalizers
     })
     .await
 }
 
-/// Takes [`NODE_FINALIZER`] off the node, leaving any other finalizer.
+/// Takes [`finalizers::RETIRE_NODE`] off the node, leaving any other finalizer.
 async fn release(
     nodes: &Api<ValkeyNode>,
     name: &str,
@@ -190,7 +186,7 @@ async fn release(
     set_finalizers(nodes, name, writes, |finalizers| {
         finalizers
             .into_iter()
-            .filter(|f| f != NODE_FINALIZER)
+            .filter(|f| f != finalizers::RETIRE_NODE)
             .collect()
     })
     .await
@@ -216,13 +212,14 @@ impl NodeHost for KubeHost<'_> {
         let role = match replica_of {
             Some(primary) => {
                 node.annotations_mut()
-                    .insert(REPLICA_OF_ANNOTATION.into(), primary.to_owned());
+                    .insert(annotations::REPLICA_OF.into(), primary.to_owned());
                 NodeRole::Replica
             }
             None => NodeRole::Primary,
         };
         // Created holding its finalizer: no second write to put it on.
-        node.finalizers_mut().push(NODE_FINALIZER.to_owned());
+        node.finalizers_mut()
+            .push(finalizers::RETIRE_NODE.to_owned());
         let created = self.nodes_api.create(&PostParams::default(), &node).await?;
         self.writes().node(&created);
         let status = ValkeyNodeStatus {
@@ -275,7 +272,7 @@ impl NodeHost for KubeHost<'_> {
             "metadata": metadata,
             "status": {"roll": roll_status(memory)},
         });
-        let params = PatchParams::apply(ROLL_MANAGER).force();
+        let params = PatchParams::apply(field_managers::ROLL).force();
         let stored = api
             .patch_status(&name, &params, &Patch::Apply(&patch))
             .await?;

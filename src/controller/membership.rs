@@ -23,14 +23,16 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::error::Error;
-use super::host::{KubeHost, MANAGER, NODE_FINALIZER, hold};
+use super::host::{KubeHost, hold};
 use super::live::REFRESH;
 use super::memory::{ClusterMemory, PerCluster};
-use super::observe::{REPLICA_OF_ANNOTATION, has_stopped};
+use super::observe::has_stopped;
 use super::render::ClusterRender;
 use super::status::node_role;
 use crate::api::annotations::HANDOVER_REQUESTED;
+use crate::api::field_managers::CONTROLLER as MANAGER;
 use crate::api::{NodeRole, ValkeyNode};
+use crate::api::{annotations, finalizers};
 use crate::fleet::ClusterKey;
 use crate::roll::ObservedNode;
 use k8s_openapi::jiff::Timestamp;
@@ -297,7 +299,7 @@ pub async fn hold_nodes(
     let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), namespace);
     let unheld = host.nodes.objects.iter().filter(|n| {
         n.metadata.deletion_timestamp.is_none()
-            && !n.finalizers().iter().any(|f| f == NODE_FINALIZER)
+            && !n.finalizers().iter().any(|f| f == finalizers::RETIRE_NODE)
     });
     for node in unheld {
         hold(&nodes, &node.name_any(), &host.writes()).await?;
@@ -346,7 +348,7 @@ pub async fn create_missing_pods(
 ) -> Result<(), Error> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     for node in host.nodes.objects.iter().filter(|n| needs_pod(host, n)) {
-        let role = if node.annotations().contains_key(REPLICA_OF_ANNOTATION) {
+        let role = if node.annotations().contains_key(annotations::REPLICA_OF) {
             NodeRole::Replica
         } else {
             NodeRole::Primary

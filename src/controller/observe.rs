@@ -14,6 +14,7 @@ use kube::{Api, ResourceExt};
 
 use super::context::Context;
 use super::error::Error;
+use crate::api::annotations;
 use crate::api::{
     FailoverAttempts, NodeLifecycle, RollStatus, ValkeyCluster, ValkeyClusterStatus, ValkeyNode,
     labels,
@@ -23,9 +24,6 @@ use crate::execute::Member;
 use crate::fleet::ClusterKey;
 use crate::roll::{Lifecycle, RollMemory};
 use crate::valkey::NodeAddress;
-
-/// On a ValkeyNode created as a replica: the ValkeyNode it replicates.
-pub const REPLICA_OF_ANNOTATION: &str = "valkey.gomomento.com/replica-of";
 
 /// The cluster's status as stored, with the version it was read at.
 pub struct StoredStatus {
@@ -244,7 +242,7 @@ impl ClusterNodes {
                     address: self.address(node),
                     id: node.status.as_ref().and_then(|s| s.node_id.clone()),
                     closed: self.started_closed(node),
-                    replica_of: node.annotations().get(REPLICA_OF_ANNOTATION).cloned(),
+                    replica_of: node.annotations().get(annotations::REPLICA_OF).cloned(),
                     handover_requested: node.handover_requested_at(now).is_some(),
                     terminated: self.terminated(node),
                     leaving: node.metadata.deletion_timestamp.is_some(),

@@ -34,7 +34,7 @@ use serde_json::json;
 use super::context::Context;
 use super::error::Error;
 use super::events::{ClusterEvent, publish};
-use super::host::{KubeHost, MANAGER, delete_node};
+use super::host::{KubeHost, delete_node};
 use super::live::Reloads;
 use super::observe::{PodView, StoredStatus, memory_of, read_nodes, read_status};
 use super::render::ClusterRender;
@@ -46,6 +46,8 @@ use super::status::{
 use super::{act, credentials, fence, live, membership, rollouts, secrets, settled};
 use crate::api::annotations::RETRY_FAILOVERS;
 use crate::api::bounds::{Problem, cluster_problems};
+use crate::api::field_managers::CONTROLLER as MANAGER;
+use crate::api::finalizers::RETIRE_NODES;
 use crate::api::{ValkeyCluster, ValkeyClusterStatus};
 use crate::credentials::{Rotation, secret_name};
 use crate::execute::acl::DesiredAcl;
@@ -56,15 +58,12 @@ use crate::roll::{DesiredShape, JoinBlocker, RollMemory, Step, WaitReason, plan}
 use crate::valkey::Reach;
 use crate::words::first_of;
 
-/// The finalizer that retires a cluster's nodes before it goes.
-pub const FINALIZER: &str = "valkey.gomomento.com/retire-nodes";
-
 /// Reconciles one cluster (the entry point the controller runs).
 pub async fn reconcile(cluster: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
     let api: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &namespace);
-    let result = finalizer(&api, FINALIZER, cluster, |event| async {
+    let result = finalizer(&api, RETIRE_NODES, cluster, |event| async {
         match event {
             Finalized::Apply(cluster) => apply(&cluster, &ctx).await,
             Finalized::Cleanup(cluster) => cleanup(&cluster, &ctx).await,

@@ -26,6 +26,7 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::api::annotations;
 use crate::api::{
     NodeRole, ValkeyCluster, ValkeyClusterSpec, ValkeyNode, ValkeyNodeSpec, ZoneSpread, labels,
 };
@@ -58,10 +59,6 @@ const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 pub const CONTAINER: &str = "valkey";
 /// Where the node keeps `nodes.conf` and its data.
 pub const DATA_DIR: &str = "/data";
-/// The annotation on Pods and ValkeyNodes that records the revision they were created from.
-pub const REVISION_ANNOTATION: &str = "valkey.gomomento.com/revision";
-/// The label naming a Pod's ValkeyNode.
-pub const NODE_LABEL: &str = "valkey.gomomento.com/node";
 
 /// Valkey settings every node starts with unless the config sets them, because the roll relies
 /// on them: a new replica's full sync starts at once (the operator adds replicas one at a time,
@@ -224,7 +221,7 @@ impl ClusterRender<'_> {
     /// Service and the disruption budget find it (put back if someone changes them).
     pub fn pod_labels(&self, node: &ValkeyNode, role: NodeRole) -> BTreeMap<String, String> {
         let mut labels = self.labels(Some(node.spec.shard));
-        labels.insert(NODE_LABEL.to_string(), node.name_any());
+        labels.insert(labels::NODE.to_string(), node.name_any());
         labels.insert(labels::ROLE.to_string(), role_label(role).to_string());
         labels
     }
@@ -234,7 +231,10 @@ impl ClusterRender<'_> {
         let shard = node.spec.shard;
         let labels = self.pod_labels(node, role);
         let mut annotations = self.spec().pod_annotations.clone();
-        annotations.insert(REVISION_ANNOTATION.to_string(), node.spec.revision.clone());
+        annotations.insert(
+            annotations::REVISION.to_string(),
+            node.spec.revision.clone(),
+        );
         Pod {
             metadata: ObjectMeta {
                 name: Some(node.name_any()),

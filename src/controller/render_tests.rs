@@ -172,7 +172,10 @@ fn a_pod_runs_the_node_with_its_settings_labels_and_owner() {
     assert_eq!(labels[labels::MANAGED_BY], "valkey-operator");
     let annotations = pod.metadata.annotations.clone().unwrap();
     assert_eq!(annotations["team"], "payments");
-    assert_eq!(annotations[REVISION_ANNOTATION], node.spec.revision);
+    assert_eq!(
+        annotations[crate::api::annotations::REVISION],
+        node.spec.revision
+    );
     assert_eq!(pod.metadata.owner_references.unwrap()[0].kind, "ValkeyNode");
 
     let spec = pod.spec.unwrap();

@@ -20,13 +20,14 @@ use serde_json::json;
 use super::events::EventRecorder;
 use super::memory::ClusterMemory;
 use super::status::{self, ConditionType, Reason, set_condition};
+use crate::api::annotations::ROLLOUT_WAVE;
 use crate::api::{FleetStatus, ValkeyCluster, ValkeyConfig, ValkeyImage};
 use crate::fleet::{ClusterKey, Fleet};
 use crate::resolve::{self, Catalog, EffectiveConfig};
 use crate::roll::{DesiredShape, Lifecycle, ObservedNode, Role, StallReason, Step, WaitReason};
 use crate::rollout::{
-    Asking, LEARNING, Policy, Progress, Standing, Tally, Verdict, WAVE_ANNOTATION, WaitFor, Wave,
-    gate, tallies, wave_of,
+    Asking, LEARNING, Policy, Progress, Standing, Tally, Verdict, WaitFor, Wave, gate, tallies,
+    wave_of,
 };
 use crate::setting_impact::needs_restart;
 
@@ -164,10 +165,7 @@ pub fn gated(
     let policy = group_policy.map(|rollout| Policy {
         max_concurrent: rollout.max_concurrent,
     });
-    let annotation = cluster
-        .annotations()
-        .get(WAVE_ANNOTATION)
-        .map(String::as_str);
+    let annotation = cluster.annotations().get(ROLLOUT_WAVE).map(String::as_str);
     let outdated = observed.iter().any(|o| !o.is_up_to_date(desired));
     // The group's own resolution, so every member of a change compares alike whatever its
     // child config adds; without a group, the cluster's own.
