@@ -1,6 +1,7 @@
-//! Acting on the one step the planner chose: the product's executor performs it on the
-//! cluster's ValkeyNodes and Pods ([`super::host::KubeHost`]); this adds what a person and a
-//! dashboard see of it, the events and the failover and migration metrics.
+//! Step 5 of a pass, act: the one step the planner chose, performed by the product's executor
+//! on the cluster's ValkeyNodes and Pods ([`super::host::KubeHost`]); this adds what a person
+//! and a dashboard see of it, the events and the failover and migration metrics, and times the
+//! roll's shards and joins across passes.
 
 use std::time::{Duration, Instant};
 
@@ -8,14 +9,51 @@ use super::context::Context;
 use super::error::Error;
 use super::events::{ClusterEvent, publish};
 use super::host::KubeHost;
-use super::stopwatch::Pass;
+use super::plan::Planned;
+use super::reconcile::Pass;
+use super::stopwatch;
 use crate::api::ValkeyCluster;
 use crate::execute::{Outcome, StepInputs, perform};
 use crate::fleet::ClusterKey;
 use crate::roll::{DesiredShape, ObservedNode, RollMemory, Step};
+use crate::valkey::Reach;
+
+/// Performs the planned step under the leadership check. The outer error stops the pass (this
+/// replica no longer leads); the step's own failure is the pass's to report.
+pub async fn act_planned(
+    pass: &Pass<'_>,
+    host: &mut KubeHost<'_>,
+    planned: &mut Planned,
+    reach: &Reach,
+) -> Result<Result<Outcome, Error>, Error> {
+    let ctx = pass.ctx;
+    let inputs = StepInputs {
+        desired: &planned.desired,
+        acl: &planned.users,
+        timeouts: &ctx.timeouts,
+        reach,
+    };
+    let (step, memory) = (&planned.step, &mut planned.memory);
+    // The one write that must never come from a replica that no longer leads.
+    ctx.fence()?;
+    let acted = act(ctx, pass.cluster, host, step, memory, &inputs).await;
+    if let Err(error) = &acted {
+        tracing::warn!(cluster = %pass.key.name, %step, %error, "step failed");
+    }
+    let outcome = acted.as_ref().ok();
+    time_pass(
+        ctx,
+        &pass.key,
+        step,
+        outcome,
+        &planned.observed,
+        &planned.desired,
+    );
+    Ok(acted)
+}
 
 /// Performs `step`, recording its events and metrics.
-pub async fn act(
+async fn act(
     ctx: &Context,
     cluster: &ValkeyCluster,
     host: &mut KubeHost<'_>,
@@ -84,9 +122,9 @@ fn completion(step: &Step, outcome: &Outcome) -> Option<ClusterEvent> {
 }
 
 /// Times the roll's shards and joining replicas across passes (see [`super::stopwatch`]).
-pub fn time_pass(
+fn time_pass(
     ctx: &Context,
-    cluster: &ValkeyCluster,
+    key: &ClusterKey,
     step: &Step,
     outcome: Option<&Outcome>,
     observed: &[ObservedNode],
@@ -96,7 +134,7 @@ pub fn time_pass(
         Some(Outcome::Created { node }) => Some(node.as_str()),
         _ => None,
     };
-    let pass = Pass {
+    let pass = stopwatch::Pass {
         step,
         ok: outcome.is_some(),
         created,
@@ -107,8 +145,7 @@ pub fn time_pass(
             .map(|o| o.shard)
             .collect(),
     };
-    let key = ClusterKey::of(cluster);
-    for (what, took) in ctx.memory.stopwatches.record(&key, &pass, Instant::now()) {
+    for (what, took) in ctx.memory.stopwatches.record(key, &pass, Instant::now()) {
         ctx.metrics.timed(&key.namespace, &key.name, what, took);
     }
 }

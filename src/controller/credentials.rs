@@ -19,6 +19,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
+use super::context::Context;
 use super::error::Error;
 use super::memory::{ClusterMemory, PerCluster};
 use super::render::ClusterRender;
@@ -91,13 +92,13 @@ pub struct Read {
 /// `nodes_started_with_it`: some Pod of the cluster mounts the Secret, so new passwords (when
 /// none are remembered) would lock the operator out of its nodes: that is refused instead.
 pub async fn ensure(
-    client: &Client,
+    ctx: &Context,
     render: &ClusterRender<'_>,
     namespace: &str,
-    known: &Known,
-    versions: &SecretVersions,
     nodes_started_with_it: bool,
 ) -> Result<Read, Error> {
+    let (client, known) = (&ctx.client, &ctx.memory.known_credentials);
+    let versions = &ctx.memory.secret_versions;
     let cluster = render.cluster;
     let key = ClusterKey::new(namespace, cluster.name_any());
     let name = secret_name(&cluster.name_any());

@@ -1,7 +1,8 @@
-//! Changes applied to running nodes in place, without a roll: the cluster's ACL users (with
-//! their ValkeyRoles from the fleet index), on every pass, during rolls and stalls too; and the
-//! Valkey settings `CONFIG SET` can change, once the cluster has converged. A new node also
-//! gets the users before it becomes Active (see `crate::execute`).
+//! Step 6 of a pass, live: changes applied to running nodes in place, without a roll: the
+//! cluster's ACL users (with their ValkeyRoles from the fleet index), on every pass, during
+//! rolls and stalls too; a credentials rotation moved on; and the Valkey settings `CONFIG SET`
+//! can change, once the cluster has converged. A new node also gets the users before it
+//! becomes Active (see `crate::execute`).
 //!
 //! A TLS cluster's nodes also reload their certificate files (`CONFIG SET tls-cert-file`, which
 //! re-reads all of them) when its Secret changes: the kubelet swaps the mounted files a while
@@ -19,16 +20,22 @@ use std::hash::{Hash, Hasher};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
+use super::credentials;
+use super::events::{ClusterEvent, publish};
+use super::host::KubeHost;
 use super::memory::{ClusterMemory, PerCluster};
-use super::render::{TLS_CERT_KEY, tls_file};
+use super::observe::Seen;
+use super::plan::Planned;
+use super::reconcile::Pass;
+use super::render::{ClusterRender, TLS_CERT_KEY, tls_file};
 use super::secrets::PasswordHashes;
 use crate::acl::{self, AclError, is_reserved};
 use crate::api::ValkeyCluster;
-use crate::credentials::SystemUsers;
-use crate::execute::Member;
+use crate::credentials::{Rotation, SystemUsers};
 use crate::execute::acl::{DesiredAcl, Refusal, apply_users};
+use crate::execute::{Member, NodeHost};
 use crate::fleet::{ClusterKey, Fleet};
-use crate::roll::ObservedNode;
+use crate::roll::{ObservedNode, Step};
 use crate::valkey::{Expected, NodeAddress, NodeClient, Reach};
 
 /// The cluster's users as `ACL SETUSER` rules, with the operator's own (`system`), and why each
@@ -94,6 +101,73 @@ pub struct NodeRefusal {
 /// How long a write is trusted: after this a node is written again, so a node changed by hand
 /// is repaired and the memory never vouches for long for what it did not see.
 pub const REFRESH: Duration = Duration::from_secs(600);
+
+/// What step 6 did: the members it worked on, the users' outcome, and whether nothing is left
+/// to redo on the nodes (with a converged step, the cluster settles on those members).
+pub struct Lived {
+    pub members: Vec<Member>,
+    pub acl: AclOutcome,
+    pub quiet: bool,
+}
+
+/// The users on every pass (so a removed user or a rotated password holds during a long
+/// roll), the credentials rotation moved on, certificate reloads while a Secret change is
+/// recent, and once converged, settings applied in place.
+pub async fn live(
+    pass: &Pass<'_>,
+    host: &KubeHost<'_>,
+    planned: &Planned,
+    seen: &Seen,
+    render: &ClusterRender<'_>,
+) -> Lived {
+    let (ctx, key, reach) = (pass.ctx, &pass.key, &seen.reach);
+    let observed = &planned.observed;
+    let members = host.members();
+    let users = &planned.users;
+    let applied_acl = &ctx.memory.applied_acl;
+    let acl = apply_acl(applied_acl, key, &members, observed, users, reach).await;
+    let mut quiet = move_rotation_on(pass, seen, acl.everywhere).await;
+    if let Some(version) = &seen.certificate {
+        let reloads = reload_certificates(pass, &members, observed, version, reach).await;
+        let (namespace, name) = (&pass.namespace, &key.name);
+        ctx.metrics
+            .node_certificate_reloads(namespace, name, reloads.ok, reloads.failed);
+        // Reloads repeat each pass for a while after a Secret change.
+        quiet &= reloads == Reloads::default();
+    }
+    if matches!(planned.step, Step::Converged) {
+        let settings = render.live_settings();
+        let applied = &ctx.memory.applied_settings;
+        apply_settings(applied, key, &members, observed, &settings, reach).await;
+    }
+    Lived {
+        members,
+        acl,
+        quiet,
+    }
+}
+
+/// Moves a credentials rotation on once every node has the users; whether none is under way.
+async fn move_rotation_on(pass: &Pass<'_>, seen: &Seen, everywhere: bool) -> bool {
+    let ctx = pass.ctx;
+    let login = &seen.login;
+    let steady = login.credentials.rotation == Rotation::Steady && !login.rotate_asked;
+    let known = &ctx.memory.known_credentials;
+    let (namespace, name) = (&pass.namespace, &pass.key.name);
+    match credentials::advance(&ctx.client, namespace, name, login, everywhere, known).await {
+        Ok(Some(stage)) => {
+            let event = ClusterEvent::CredentialsRotation { stage };
+            publish(&ctx.recorder, pass.cluster, &event).await;
+            false
+        }
+        Ok(None) => steady,
+        // Tried again next pass; the nodes keep accepting both passwords meanwhile.
+        Err(error) => {
+            tracing::warn!(cluster = %name, %error, "could not move the credentials rotation on");
+            false
+        }
+    }
+}
 
 /// What each node of each cluster was last given: its address (a new server at a new address
 /// starts with nothing), a digest of what it was given (its users, or the certificate it
@@ -346,15 +420,16 @@ impl CertificateVersions {
 /// Makes every reachable node of a TLS cluster re-read its certificate files, until it has done
 /// so after [`RELOAD_WINDOW`] for this `version` of the Secret. A node that fails is logged and
 /// tried again next pass.
-pub async fn reload_certificates(
-    applied: &Applied,
-    versions: &CertificateVersions,
-    cluster: &ClusterKey,
+async fn reload_certificates(
+    pass: &Pass<'_>,
     members: &[Member],
     observed: &[ObservedNode],
     version: &str,
     reach: &Reach,
 ) -> Reloads {
+    let memory = &pass.ctx.memory;
+    let (applied, versions) = (&memory.applied_tls, &memory.certificate_versions);
+    let cluster = &pass.key;
     let mut reloads = Reloads::default();
     applied.keep_only(cluster, members);
     let settled = versions.settled(cluster, version);

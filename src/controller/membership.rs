@@ -1,14 +1,16 @@
-//! Keeping a cluster's members in place before the planner looks: the objects the cluster owns
-//! (its headless Service, PodDisruptionBudget and NetworkPolicy), the operator's finalizer on
-//! every node, the Pod of a node whose creation was cut short, and each node's role in its
-//! status and Pod labels, with the cluster's podAnnotations. The executor's membership pass (ids, MEET, REPLICATE, FORGET;
-//! `crate::execute::membership`) runs between the two.
+//! Step 3 of a pass, membership: keeping a cluster's members in place before the planner
+//! looks. The objects the cluster owns (its headless Service, PodDisruptionBudget and
+//! NetworkPolicy), the operator's finalizer on every node, the Pod of a node whose creation was
+//! cut short, the executor's membership pass (ids, MEET, REPLICATE, FORGET;
+//! `crate::execute::membership`), then what every node says (which are silent, by the
+//! operator's clock) and each node's role in its status and Pod labels, with the cluster's
+//! podAnnotations.
 //!
 //! These run outside the planner, on every pass, because none of them is a step of a roll:
 //! each is idempotent, safe at any time, and finishes work a restart may have interrupted.
 //! The planner only sees their result. The owned objects are the exception to "every pass":
 //! once applied, they are applied again only when they render differently, when one of them
-//! is deleted (a watch says so, see [`AppliedObjects::forget`]), or after
+//! is deleted (a watch says so, see [`AppliedObjects`]'s forget), or after
 //! [`super::live::REFRESH`], so a converged cluster costs the API server nothing for them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -23,19 +25,80 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::error::Error;
+use super::events::{ClusterEvent, publish};
 use super::host::{KubeHost, hold};
 use super::live::REFRESH;
 use super::memory::{ClusterMemory, PerCluster};
 use super::observe::has_stopped;
+use super::reconcile::{Halt, Pass};
 use super::render::ClusterRender;
-use super::status::node_role;
+use super::silence::silence_bound;
+use super::status::{Reason, node_role};
 use crate::api::annotations::HANDOVER_REQUESTED;
 use crate::api::field_managers::CONTROLLER as MANAGER;
 use crate::api::{NodeRole, ValkeyNode};
 use crate::api::{annotations, finalizers};
+use crate::execute::{self, NodeHost, observe::observe};
 use crate::fleet::ClusterKey;
 use crate::roll::ObservedNode;
+use crate::valkey::Reach;
 use k8s_openapi::jiff::Timestamp;
+
+/// Puts the cluster's members in place and returns what every node says. A failure is said
+/// in the status (`StepFailed`, or `NameConflict` where an object of the cluster's name is
+/// someone else's) and fails the pass.
+pub async fn membership(
+    pass: &Pass<'_>,
+    render: &ClusterRender<'_>,
+    host: &mut KubeHost<'_>,
+    reach: &Reach,
+) -> Result<Vec<ObservedNode>, Halt> {
+    pass.ctx.fence()?;
+    match put_in_place(pass, render, host, reach).await {
+        Ok(observed) => Ok(observed),
+        Err(error @ Error::NotOurs { .. }) => {
+            let problem = error.to_string();
+            let event = ClusterEvent::NameConflict { problem };
+            publish(&pass.ctx.recorder, pass.cluster, &event).await;
+            let reason = Reason::NameConflict;
+            Err(Halt::Failed { reason, error })
+        }
+        Err(error) => {
+            let reason = Reason::StepFailed;
+            Err(Halt::Failed { reason, error })
+        }
+    }
+}
+
+async fn put_in_place(
+    pass: &Pass<'_>,
+    render: &ClusterRender<'_>,
+    host: &mut KubeHost<'_>,
+    reach: &Reach,
+) -> Result<Vec<ObservedNode>, Error> {
+    let (ctx, namespace) = (pass.ctx, pass.namespace.as_str());
+    let operator_namespace = &ctx.settings.operator_namespace;
+    let memory = &ctx.memory.applied_owned;
+    let conflict =
+        apply_owned_objects(&ctx.client, memory, render, host, operator_namespace).await?;
+    if let Some(conflict) = conflict {
+        tracing::warn!(cluster = %pass.key.name, %conflict, "NetworkPolicy not applied");
+        let problem = conflict.to_string();
+        let event = ClusterEvent::NameConflict { problem };
+        publish(&ctx.recorder, pass.cluster, &event).await;
+    }
+    hold_nodes(host, &ctx.client, namespace).await?;
+    bound_handover_times(host, &ctx.client, namespace, Timestamp::now()).await?;
+    create_missing_pods(&ctx.client, render, host, namespace).await?;
+    execute::membership::introduce(host, &ctx.timeouts, reach).await?;
+    let members = host.members();
+    let mut observed = observe(&members, reach).await;
+    let bound = silence_bound(render.node_timeout());
+    let silence = &ctx.memory.silence;
+    silence.judge(&pass.key, &members, &mut observed, bound);
+    sync_roles(&ctx.client, host, &observed, render, namespace).await?;
+    Ok(observed)
+}
 
 /// The objects a cluster owns besides its nodes, each applied on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

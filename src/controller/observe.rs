@@ -1,8 +1,10 @@
-//! What a pass reads before it plans: the cluster's status as stored (its roll memory and
-//! conditions; from the watch only once it shows the operator's last write, since the roll
-//! memory decides whether a shard may fail over), its ValkeyNodes and their Pods (from the controller's cache once it
-//! holds the operator's own writes to them), and the members the executor works with, mapped
-//! from those objects.
+//! Step 2 of a pass, observe: everything a pass reads from the API server, in one place. The
+//! cluster's status as stored (its roll memory and conditions; from the watch only once it
+//! shows the operator's last write, since the roll memory decides whether a shard may fail
+//! over; read when the pass begins), its TLS trust, its ValkeyNodes and their Pods (from the
+//! controller's cache once it holds the operator's own writes to them), its credentials Secret
+//! and its users' password hashes; and the members the executor works with, mapped from those
+//! objects.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,6 +16,12 @@ use kube::{Api, ResourceExt};
 
 use super::context::Context;
 use super::error::Error;
+use super::events::{ClusterEvent, publish};
+use super::reconcile::{Halt, Pass};
+use super::render::ClusterRender;
+use super::secrets::PasswordHashes;
+use super::status::Reason;
+use super::{credentials, fence, secrets};
 use crate::api::annotations;
 use crate::api::{
     FailoverAttempts, NodeLifecycle, RollStatus, ValkeyCluster, ValkeyClusterStatus, ValkeyNode,
@@ -23,7 +31,66 @@ use crate::credentials::secret_name;
 use crate::execute::Member;
 use crate::fleet::ClusterKey;
 use crate::roll::{Lifecycle, RollMemory};
-use crate::valkey::NodeAddress;
+use crate::valkey::{NodeAddress, Reach};
+
+/// What step 2 read, but the nodes (the host takes those).
+pub struct Seen {
+    /// How the operator reaches the nodes: the TLS trust, its logins, the leadership fence.
+    pub reach: Reach,
+    /// The version of the TLS certificate's Secret, for reloads.
+    pub certificate: Option<String>,
+    /// The credentials as the Secret holds them, and whether a rotation was asked for.
+    pub login: credentials::Read,
+    /// The users' passwords, hashed at once.
+    pub passwords: PasswordHashes,
+}
+
+/// Reads the cluster's TLS trust, nodes and Pods, credentials and users' passwords; a TLS CA
+/// that cannot be read or a credentials Secret that cannot be used stops the pass.
+pub async fn observe(
+    pass: &Pass<'_>,
+    render: &ClusterRender<'_>,
+) -> Result<(ClusterNodes, Seen), Halt> {
+    let (ctx, cluster, namespace) = (pass.ctx, pass.cluster, &pass.namespace);
+    let (mut reach, certificate) =
+        secrets::reach(&ctx.client, namespace, cluster, ctx.timeouts.call)
+            .await
+            .map_err(|message| Halt::Waiting {
+                reason: Reason::TlsUnavailable,
+                message,
+            })?;
+    let nodes = read_nodes(ctx, cluster).await?;
+    let secret = secret_name(&pass.key.name);
+    let started_with_it = nodes.pods.values().any(|pod| pod.mounts(&secret));
+    let login = match credentials::ensure(ctx, render, namespace, started_with_it).await {
+        Ok(login) => login,
+        Err(error @ (Error::NotOurs { .. } | Error::Credentials { .. })) => {
+            let problem = error.to_string();
+            if matches!(error, Error::NotOurs { .. }) {
+                let event = ClusterEvent::NameConflict {
+                    problem: problem.clone(),
+                };
+                publish(&ctx.recorder, cluster, &event).await;
+            }
+            let reason = Reason::CredentialsUnusable;
+            return Err(Halt::Waiting {
+                reason,
+                message: problem,
+            });
+        }
+        Err(error) => return Err(error.into()),
+    };
+    reach.credentials = login.credentials.logins();
+    reach.fence = Some(fence::valkey_fence(&ctx.leadership));
+    let passwords = secrets::read_password_hashes(&ctx.client, namespace, cluster).await;
+    let seen = Seen {
+        reach,
+        certificate,
+        login,
+        passwords,
+    };
+    Ok((nodes, seen))
+}
 
 /// The cluster's status as stored, with the version it was read at.
 pub struct StoredStatus {
@@ -78,6 +145,14 @@ pub struct PodView {
     pub ip: Option<String>,
     /// The Secrets its volumes mount.
     pub secrets: Vec<String>,
+}
+
+impl PodView {
+    /// Whether the Pod mounts the Secret `secret` (a Pod made by an older operator has no
+    /// credentials Secret).
+    pub fn mounts(&self, secret: &str) -> bool {
+        self.secrets.iter().any(|name| name == secret)
+    }
 }
 
 impl From<&Pod> for PodView {

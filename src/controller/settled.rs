@@ -16,12 +16,20 @@
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::live::REFRESH;
+use kube::runtime::controller::Action;
+
+use super::context::Context;
 use super::memory::ClusterMemory;
+use super::status::progress;
+use super::update_status::requeue_after;
+use crate::api::ValkeyCluster;
 use crate::execute::Member;
+use crate::execute::observe::observe;
 use crate::fleet::ClusterKey;
+use crate::roll::Step;
 use crate::roll::{DesiredShape, ObservedNode};
 use crate::valkey::Reach;
 
@@ -178,6 +186,23 @@ impl ClusterMemory for Settled {
     fn sample(&self, cluster: &ClusterKey) {
         self.unsettle(cluster);
     }
+}
+
+/// A settled cluster's periodic pass: what its Valkey nodes say, and nothing else while they
+/// say the same (the node gauges are refreshed from it). `None`: a full pass is needed.
+pub async fn light_pass(ctx: &Context, cluster: &ValkeyCluster) -> Option<Action> {
+    let key = ClusterKey::of(cluster);
+    let view = ctx.memory.settled.view(&key)?;
+    let observed = observe(&view.members, &view.reach).await;
+    if fingerprint(&observed) != view.fingerprint {
+        ctx.memory.settled.unsettle(&key);
+        return None;
+    }
+    let converged = Step::Converged;
+    let progress = progress(&view.desired, &observed, &converged);
+    ctx.metrics
+        .roll_progress(&key.namespace, &key.name, &progress);
+    Some(requeue_after(&converged, Duration::ZERO))
 }
 
 #[cfg(test)]
