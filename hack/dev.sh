@@ -125,7 +125,7 @@ no keys), e.g.:
   redis-cli -h <a sessions Pod's IP> --user valkey-operator \\
     --pass "\$(kubectl get secret sessions-credentials -n team-payments \\
               -o jsonpath='{.data.operator-password}' | base64 -d)" cluster nodes
-(applications get users of their own in spec.acl: see the README's Credentials).
+(applications get users of their own in spec.acl: see docs/tenants.md, Credentials).
 Metrics:
   curl --cacert $dev_dir/certs/ca.crt -H "Authorization: Bearer \$(kubectl create token metrics-reader)" \\
     https://127.0.0.1:$port/metrics

@@ -1,4 +1,4 @@
-//! Scaling end to end, as the README describes it: `kubectl patch` of `shards` and
+//! Scaling end to end, as docs/operating.md describes it: `kubectl patch` of `shards` and
 //! `replicasPerShard` on a live cluster with a writer on it. Shards are added and removed with
 //! atomic slot migration, replicas joined and retired, no primary fails over, and no
 //! acknowledged write is lost. Then `kubectl delete` of the cluster retires all of it.
