@@ -15,7 +15,7 @@ test: tools
 ## test-unit: the fast tier: every crate's unit tests and the integration tests that need no Go
 ## toolchain and no control plane (pure ones, the in-process HTTPS server, single valkey-server
 ## processes). The roll tests are left to `make test`: real clusters take minutes.
-UNIT_TESTS := crd_drift roll_props roll_heal_props admission_https admission_fuzz engine_protocol valkey_settings node_tls node_credentials docs
+UNIT_TESTS := crd_drift roll_props roll_heal_props admission_https admission_fuzz engine_protocol valkey_settings node_tls node_credentials docs names
 test-unit: valkey-bins
 	cargo test --workspace --lib --bins $(addprefix --test ,$(UNIT_TESTS))
 
