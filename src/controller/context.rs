@@ -1,13 +1,12 @@
 //! What every reconcile shares, and the per-cluster retry state behind requeue by cause:
 //! transient failures back off exponentially, up to a cap, and a success resets the count.
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use kube::Client;
 
-use super::memory::{ClusterMemory, PerCluster};
+use super::memory::{KeptPerCluster, PerCluster};
 use crate::execute::Timeouts;
 use crate::fleet::{ClusterKey, Fleet};
 use crate::metrics::Metrics;
@@ -79,22 +78,16 @@ impl Backoff {
     }
 }
 
-impl ClusterMemory for Backoff {
-    fn forget(&self, cluster: &ClusterKey) {
-        self.failures.forget(cluster);
-    }
+impl KeptPerCluster for Backoff {
+    type Entry = u32;
 
-    fn reset(&self) {
-        self.failures.reset();
-    }
-
-    fn clusters(&self) -> BTreeSet<ClusterKey> {
-        self.failures.clusters()
+    fn entries(&self) -> &PerCluster<Self::Entry> {
+        &self.failures
     }
 
     #[cfg(test)]
-    fn sample(&self, cluster: &ClusterKey) {
-        self.failed(cluster);
+    fn sample_entry() -> Self::Entry {
+        1
     }
 }
 

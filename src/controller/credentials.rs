@@ -21,7 +21,7 @@ use serde_json::{Map, Value, json};
 
 use super::context::Context;
 use super::error::Error;
-use super::memory::{ClusterMemory, PerCluster};
+use super::memory::{ClusterMemory, KeptPerCluster, PerCluster};
 use super::render::ClusterRender;
 use crate::api::annotations::ROTATE_CREDENTIALS;
 use crate::api::field_managers::CONTROLLER as MANAGER;
@@ -35,7 +35,7 @@ pub struct Known(PerCluster<(SystemCredentials, Option<ReadAt>)>);
 
 /// The Secret as a pass read it: its version, and whether a person asked for a rotation.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct ReadAt {
+pub(super) struct ReadAt {
     resource_version: String,
     rotate_asked: bool,
 }
@@ -340,34 +340,21 @@ async fn write(
     Ok(())
 }
 
-impl ClusterMemory for Known {
-    fn forget(&self, cluster: &ClusterKey) {
-        self.0.forget(cluster);
-    }
+impl KeptPerCluster for Known {
+    type Entry = (SystemCredentials, Option<ReadAt>);
 
-    fn reset(&self) {
-        self.0.reset();
-    }
-
-    fn clusters(&self) -> BTreeSet<ClusterKey> {
-        self.0.clusters()
+    fn entries(&self) -> &PerCluster<Self::Entry> {
+        &self.0
     }
 
     #[cfg(test)]
-    fn sample(&self, cluster: &ClusterKey) {
-        self.0.lock().insert(
-            cluster.clone(),
-            (
-                SystemCredentials {
-                    current: crate::credentials::Passwords {
-                        operator: String::new(),
-                        replication: String::new(),
-                    },
-                    rotation: Rotation::Steady,
-                },
-                None,
-            ),
-        );
+    fn sample_entry() -> Self::Entry {
+        let current = crate::credentials::Passwords {
+            operator: String::new(),
+            replication: String::new(),
+        };
+        let rotation = Rotation::Steady;
+        (SystemCredentials { current, rotation }, None)
     }
 }
 

@@ -15,7 +15,7 @@
 //! of leadership (another replica may have written meanwhile).
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use super::credentials;
 use super::events::{ClusterEvent, publish};
 use super::host::KubeHost;
-use super::memory::{ClusterMemory, PerCluster};
+use super::memory::{KeptPerCluster, PerCluster};
 use super::observe::Seen;
 use super::plan::Planned;
 use super::reconcile::Pass;
@@ -176,7 +176,7 @@ async fn move_rotation_on(pass: &Pass<'_>, seen: &Seen, everywhere: bool) -> boo
 pub struct Applied(PerCluster<HashMap<String, Written>>);
 
 #[derive(Clone, Debug)]
-struct Written {
+pub(super) struct Written {
     at: NodeAddress,
     digest: u64,
     when: Instant,
@@ -513,49 +513,36 @@ pub async fn apply_settings(
     }
 }
 
-impl ClusterMemory for Applied {
-    fn forget(&self, cluster: &ClusterKey) {
-        self.0.forget(cluster);
-    }
+impl KeptPerCluster for Applied {
+    type Entry = HashMap<String, Written>;
 
-    fn reset(&self) {
-        self.0.reset();
-    }
-
-    fn clusters(&self) -> BTreeSet<ClusterKey> {
-        self.0.clusters()
+    fn entries(&self) -> &PerCluster<Self::Entry> {
+        &self.0
     }
 
     #[cfg(test)]
-    fn sample(&self, cluster: &ClusterKey) {
-        self.0.lock().insert(cluster.clone(), HashMap::new());
+    fn sample_entry() -> Self::Entry {
+        HashMap::new()
     }
 }
 
-impl ClusterMemory for CertificateVersions {
-    fn forget(&self, cluster: &ClusterKey) {
-        self.0.forget(cluster);
-    }
+impl KeptPerCluster for CertificateVersions {
+    type Entry = (String, Instant);
 
-    fn reset(&self) {
-        self.0.reset();
-    }
-
-    fn clusters(&self) -> BTreeSet<ClusterKey> {
-        self.0.clusters()
+    fn entries(&self) -> &PerCluster<Self::Entry> {
+        &self.0
     }
 
     #[cfg(test)]
-    fn sample(&self, cluster: &ClusterKey) {
-        self.0
-            .lock()
-            .insert(cluster.clone(), (String::new(), Instant::now()));
+    fn sample_entry() -> Self::Entry {
+        (String::new(), Instant::now())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::memory::ClusterMemory;
 
     fn member(name: &str) -> Member {
         Member {

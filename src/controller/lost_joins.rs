@@ -13,10 +13,10 @@
 //! allows a few more tries; and losses older than the window are forgotten too, so a stall for
 //! a passing cause ends by itself (one try per window at most).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::memory::{ClusterMemory, PerCluster};
+use super::memory::{KeptPerCluster, PerCluster};
 use crate::fleet::ClusterKey;
 use crate::roll::{DesiredShape, Lifecycle, ObservedNode};
 
@@ -26,7 +26,7 @@ pub const LOST_JOIN_WINDOW: Duration = Duration::from_secs(600);
 /// One cluster's count: the revision counted, and when each of its lost joiners (by name) was
 /// first seen stopped.
 #[derive(Debug, Default)]
-struct Counted {
+pub(super) struct Counted {
     revision: String,
     lost: HashMap<String, Instant>,
 }
@@ -71,22 +71,16 @@ impl LostJoins {
     }
 }
 
-impl ClusterMemory for LostJoins {
-    fn forget(&self, cluster: &ClusterKey) {
-        self.0.forget(cluster);
-    }
+impl KeptPerCluster for LostJoins {
+    type Entry = Counted;
 
-    fn reset(&self) {
-        self.0.reset();
-    }
-
-    fn clusters(&self) -> BTreeSet<ClusterKey> {
-        self.0.clusters()
+    fn entries(&self) -> &PerCluster<Self::Entry> {
+        &self.0
     }
 
     #[cfg(test)]
-    fn sample(&self, cluster: &ClusterKey) {
-        self.0.lock().insert(cluster.clone(), Counted::default());
+    fn sample_entry() -> Self::Entry {
+        Counted::default()
     }
 }
 

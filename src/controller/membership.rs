@@ -13,7 +13,7 @@
 //! is deleted (a watch says so, see [`AppliedObjects`]'s forget), or after
 //! [`super::live::REFRESH`], so a converged cluster costs the API server nothing for them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Instant;
 
@@ -28,7 +28,7 @@ use super::error::Error;
 use super::events::{ClusterEvent, publish};
 use super::host::{KubeHost, hold};
 use super::live::REFRESH;
-use super::memory::{ClusterMemory, PerCluster};
+use super::memory::{KeptPerCluster, PerCluster};
 use super::observe::has_stopped;
 use super::reconcile::{Halt, Pass};
 use super::render::ClusterRender;
@@ -115,7 +115,7 @@ pub enum Owned {
 pub struct AppliedObjects(PerCluster<HashMap<Owned, Applied>>);
 
 #[derive(Clone, Debug)]
-struct Applied {
+pub(super) struct Applied {
     digest: u64,
     at: Instant,
     uid: Option<String>,
@@ -485,22 +485,16 @@ pub async fn sync_roles(
     Ok(())
 }
 
-impl ClusterMemory for AppliedObjects {
-    fn forget(&self, cluster: &ClusterKey) {
-        self.0.forget(cluster);
-    }
+impl KeptPerCluster for AppliedObjects {
+    type Entry = HashMap<Owned, Applied>;
 
-    fn reset(&self) {
-        self.0.reset();
-    }
-
-    fn clusters(&self) -> BTreeSet<ClusterKey> {
-        self.0.clusters()
+    fn entries(&self) -> &PerCluster<Self::Entry> {
+        &self.0
     }
 
     #[cfg(test)]
-    fn sample(&self, cluster: &ClusterKey) {
-        self.0.lock().insert(cluster.clone(), HashMap::new());
+    fn sample_entry() -> Self::Entry {
+        HashMap::new()
     }
 }
 
@@ -509,6 +503,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     use super::*;
+    use crate::controller::memory::ClusterMemory;
 
     #[test]
     fn owned_objects_are_applied_again_only_when_changed_forgotten_or_old() {

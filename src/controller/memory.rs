@@ -125,7 +125,8 @@ impl Memory {
     }
 
     /// How many of the memories keep something for `cluster`.
-    pub fn holding(&self, cluster: &ClusterKey) -> usize {
+    #[cfg(test)]
+    fn holding(&self, cluster: &ClusterKey) -> usize {
         let parts = self.parts();
         parts
             .iter()
@@ -169,6 +170,37 @@ impl<T> PerCluster<T> {
 
     pub fn clusters(&self) -> BTreeSet<ClusterKey> {
         self.lock().keys().cloned().collect()
+    }
+}
+
+/// A memory kept as one [`PerCluster`] map: it forgets, resets and lists clusters through that
+/// map (one implementation for all of them).
+pub(super) trait KeptPerCluster: Send + Sync {
+    type Entry: Send;
+    fn entries(&self) -> &PerCluster<Self::Entry>;
+    /// An entry as a pass would keep one.
+    #[cfg(test)]
+    fn sample_entry() -> Self::Entry;
+}
+
+impl<M: KeptPerCluster> ClusterMemory for M {
+    fn forget(&self, cluster: &ClusterKey) {
+        self.entries().forget(cluster);
+    }
+
+    fn reset(&self) {
+        self.entries().reset();
+    }
+
+    fn clusters(&self) -> BTreeSet<ClusterKey> {
+        self.entries().clusters()
+    }
+
+    #[cfg(test)]
+    fn sample(&self, cluster: &ClusterKey) {
+        self.entries()
+            .lock()
+            .insert(cluster.clone(), M::sample_entry());
     }
 }
 

@@ -10,10 +10,10 @@
 //! taken over by its most caught-up replica, and the hung node is then replaced and retired.
 //! A restart of the operator starts every count again, which only delays a takeover.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::memory::{ClusterMemory, PerCluster};
+use super::memory::{KeptPerCluster, PerCluster};
 use crate::execute::Member;
 use crate::fleet::ClusterKey;
 use crate::roll::ObservedNode;
@@ -73,28 +73,23 @@ impl Silence {
     }
 }
 
-impl ClusterMemory for Silence {
-    fn forget(&self, cluster: &ClusterKey) {
-        self.0.forget(cluster);
-    }
+impl KeptPerCluster for Silence {
+    type Entry = HashMap<String, Instant>;
 
-    fn reset(&self) {
-        self.0.reset();
-    }
-
-    fn clusters(&self) -> BTreeSet<ClusterKey> {
-        self.0.clusters()
+    fn entries(&self) -> &PerCluster<Self::Entry> {
+        &self.0
     }
 
     #[cfg(test)]
-    fn sample(&self, cluster: &ClusterKey) {
-        self.0.lock().insert(cluster.clone(), HashMap::new());
+    fn sample_entry() -> Self::Entry {
+        HashMap::new()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::memory::ClusterMemory;
     use crate::roll::{Lifecycle, Role};
 
     fn member(name: &str, id: Option<&str>) -> Member {

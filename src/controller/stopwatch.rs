@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
-use super::memory::{ClusterMemory, PerCluster};
+use super::memory::{KeptPerCluster, PerCluster};
 use crate::fleet::ClusterKey;
 use crate::metrics::Timed;
 use crate::roll::Step;
@@ -101,24 +101,16 @@ impl Stopwatches {
     }
 }
 
-impl ClusterMemory for Stopwatches {
-    fn forget(&self, cluster: &ClusterKey) {
-        self.clocks.forget(cluster);
-    }
+impl KeptPerCluster for Stopwatches {
+    type Entry = RollClock;
 
-    fn reset(&self) {
-        self.clocks.reset();
-    }
-
-    fn clusters(&self) -> BTreeSet<ClusterKey> {
-        self.clocks.clusters()
+    fn entries(&self) -> &PerCluster<Self::Entry> {
+        &self.clocks
     }
 
     #[cfg(test)]
-    fn sample(&self, cluster: &ClusterKey) {
-        self.clocks
-            .lock()
-            .insert(cluster.clone(), RollClock::default());
+    fn sample_entry() -> Self::Entry {
+        RollClock::default()
     }
 }
 

@@ -341,6 +341,19 @@ mod tests {
         }
     }
 
+    /// The views of a serving primary `p` and its replica `r`, which know each other.
+    fn established_shard() -> (Vec<ClusterNode>, Vec<ClusterNode>) {
+        let primary = view(
+            "p 127.0.9.2:6379@16379 myself,master - 0 0 1 connected 0-16383\n\
+             r 127.0.9.3:6379@16379 slave p 0 0 1 connected\n",
+        );
+        let replica = view(
+            "r 127.0.9.3:6379@16379 myself,slave p 0 0 1 connected\n\
+             p 127.0.9.2:6379@16379 master - 0 0 1 connected 0-16383\n",
+        );
+        (primary, replica)
+    }
+
     #[test]
     fn a_bootstrap_meets_one_node_and_every_other_meets_it() {
         let views = [
@@ -358,14 +371,7 @@ mod tests {
 
     #[test]
     fn a_joiner_meets_a_serving_primary_and_nobody_meets_the_joiner() {
-        let primary = view(
-            "p 127.0.9.2:6379@16379 myself,master - 0 0 1 connected 0-16383\n\
-             r 127.0.9.3:6379@16379 slave p 0 0 1 connected\n",
-        );
-        let replica = view(
-            "r 127.0.9.3:6379@16379 myself,slave p 0 0 1 connected\n\
-             p 127.0.9.2:6379@16379 master - 0 0 1 connected 0-16383\n",
-        );
+        let (primary, replica) = established_shard();
         let joiner = view("j 127.0.9.4:6379@16379 myself,master - 0 0 0 connected\n");
         let peers = [
             peer("r", "n-0-a", true, &replica),
@@ -378,14 +384,7 @@ mod tests {
     #[test]
     fn a_node_that_knows_a_live_member_meets_nobody() {
         // The joiner knows the primary but not yet the replica: gossip introduces them by id.
-        let primary = view(
-            "p 127.0.9.2:6379@16379 myself,master - 0 0 1 connected 0-16383\n\
-             r 127.0.9.3:6379@16379 slave p 0 0 1 connected\n",
-        );
-        let replica = view(
-            "r 127.0.9.3:6379@16379 myself,slave p 0 0 1 connected\n\
-             p 127.0.9.2:6379@16379 master - 0 0 1 connected 0-16383\n",
-        );
+        let (primary, replica) = established_shard();
         let joiner = view(
             "j 127.0.9.4:6379@16379 myself,master - 0 0 0 connected\n\
              p 127.0.9.2:6379@16379 master - 0 0 1 connected 0-16383\n",
