@@ -4,9 +4,6 @@
 //!
 //! Run: `cargo bench --bench admission` (target: p99 under 2 ms on the 2-core machine).
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::{Duration, Instant};
 
 use harness::https::{TestServer, admission_review, object};

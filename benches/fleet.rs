@@ -10,9 +10,6 @@
 //!
 //! Run: `cargo bench --bench fleet` (needs `make tools`).
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 

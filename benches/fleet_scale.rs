@@ -19,9 +19,6 @@
 //! real clusters, no object-only clusters). `TESTENV_AUDIT_LOG=<file>` adds the requests by
 //! client, `FLEET_LOG=<file>` keeps the operator's log. Needs `make tools`.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -10,9 +10,6 @@
 //!
 //! Run: `cargo bench --bench roll` (needs `hack/fetch-valkey.sh 9.0.0 9.1.2`).
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::collections::HashMap;
 use std::time::Duration;
 

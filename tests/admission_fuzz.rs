@@ -18,9 +18,6 @@
 //! `make test-unit`). A failing generated case is shrunk, printed and kept in
 //! `tests/admission_fuzz.proptest-regressions`; an interesting one belongs in the corpus.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -2,9 +2,6 @@
 //! subcommand, a client that verifies the CA, AdmissionReviews shaped as the API server sends
 //! them, certificate reload without a restart, and clean answers to malformed bodies.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::https::{

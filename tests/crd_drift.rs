@@ -1,8 +1,5 @@
 //! The CRD YAML committed in the chart must be exactly what `valkey-operator crd` prints.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 #[test]
 fn committed_crds_match_the_binary() {
     let printed = std::process::Command::new(env!("CARGO_BIN_EXE_valkey-operator"))

@@ -4,9 +4,6 @@
 //! nothing that does not exist. It only reads files (no network, no build products), so it is
 //! part of `make test-unit`.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -4,9 +4,6 @@
 //! patterns cannot list other keys' names (`SCAN`, `KEYS`, `RANDOMKEY`). Checked on each real
 //! valkey-server with `AUTH` and `ACL DRYRUN`.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::eventually;

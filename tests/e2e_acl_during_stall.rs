@@ -7,9 +7,6 @@
 //!   node and Valkey's words, while the other users are written and the roll, once its image is
 //!   fixed, completes; fixing the role turns `AclApplied` back to `True`.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::{Duration, Instant};
 
 use harness::eventually;

@@ -5,9 +5,6 @@
 //! converged cluster's periodic pass); a deleted Secret shows as `AclApplied=False` with an
 //! event, and the user keeps its last password instead of being locked out.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::{Duration, Instant};
 
 use harness::eventually;

@@ -1,9 +1,6 @@
 //! Admission end to end: the real operator binary serving webhooks for a real kube-apiserver
 //! (built by hack/build-k8s.sh), driven by the real `kubectl` as a user would.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::eventually;

@@ -6,9 +6,6 @@
 //! failover per shard, never fewer than one replica, Valkey serving throughout, no
 //! acknowledged write lost.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::{Duration, Instant};
 
 use harness::k8s::{ClusterWatch, IMAGES, Product, condition};

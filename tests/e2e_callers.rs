@@ -11,9 +11,6 @@
 //! - `/metrics` without a token is refused (401), with the token of a ServiceAccount not bound to
 //!   the metrics-reader ClusterRole refused (403), with one that is, served.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::eventually;

@@ -22,9 +22,6 @@
 //! Each prints one row of figures: lost writes, longest write gap, time until the cluster is
 //! whole again, primary changes per shard.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -7,9 +7,6 @@
 //! failover and the writer never stopped; the guide's upgrade to 9.1 keeps all of that, with no
 //! acknowledged write lost.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::{Duration, Instant};
 
 use harness::eventually;

@@ -11,9 +11,6 @@
 //! - a TLS cluster waits, `Degraded` (`TlsUnavailable`), until its Secret exists, then its Pods
 //!   mount the Secret read-only and serve TLS only.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::eventually;

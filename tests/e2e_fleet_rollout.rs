@@ -12,9 +12,6 @@
 //! And a tenant cannot hold a rollout back: a cluster whose owner annotated it wave 0 and broke
 //! it (overwrote the operator's password in its own Secret) neither leads nor halts the others.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use valkey_operator::api::annotations::ROLLOUT_PAUSED;

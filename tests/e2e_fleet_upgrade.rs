@@ -7,9 +7,6 @@
 //! never below target, state Active throughout, no acknowledged write lost; a cluster on an
 //! unrelated config does not move.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::k8s::chart::get_json;

@@ -7,9 +7,6 @@
 //! owns (its Service, PodDisruptionBudget and NetworkPolicy), which a settled cluster no longer
 //! applies on every pass, are put back within seconds when deleted by hand.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::{Duration, Instant};
 
 use harness::eventually;

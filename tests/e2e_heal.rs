@@ -17,9 +17,6 @@
 //! when the only replica was paused (the primary went on acknowledging writes nobody copied).
 //! Nothing acknowledged outside it is lost.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::k8s::{IMAGES, Product, converged};

@@ -14,9 +14,6 @@
 //!   is still the node's Pod (owned by its ValkeyNode), no takeover, the labels come back.
 //! - A handover request dated in the future is dated now (it would otherwise never expire).
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::k8s::{ClusterWatch, IMAGES, Product, ProductOptions, condition_field, converged};

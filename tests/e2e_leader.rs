@@ -2,9 +2,6 @@
 //! shutdown, and a takeover after a leader dies without releasing the Lease, whose last word
 //! stops counting (the fence every reconcile checks before acting) before the takeover.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::{Duration, Instant};
 
 use harness::eventually;

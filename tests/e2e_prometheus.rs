@@ -8,9 +8,6 @@
 //! dashboard parses and returns series; every metric an alert names exists; and a deleted
 //! cluster leaves no series behind.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;

@@ -2,9 +2,6 @@
 //! as the controller renders them become a live cluster-enabled valkey-server on the Pod IP, and
 //! deleting the ValkeyCluster removes node, Pod and process through ownerReferences alone.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::eventually;

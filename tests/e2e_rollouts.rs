@@ -3,9 +3,6 @@
 //! setting and podAnnotations changed in place against a restart-only setting that rolls; a
 //! roll onto an image that never becomes ready, and its fix; the operator killed mid-roll.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::eventually;

@@ -3,9 +3,6 @@
 //! atomic slot migration, replicas joined and retired, no primary fails over, and no
 //! acknowledged write is lost. Then `kubectl delete` of the cluster retires all of it.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::k8s::{ClusterWatch, IMAGES, Product};

@@ -4,9 +4,6 @@
 //! the webhooks off, the controller itself), a cluster named like someone else's Service leaves
 //! it alone, and a cluster whose reconcile keeps failing does not hold back a healthy one.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::{Duration, Instant};
 
 use harness::eventually;

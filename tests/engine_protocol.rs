@@ -3,9 +3,6 @@
 //! migration, a clean failover polled to completion, CONFIG SET, ACL SETUSER, FORGET
 //! everywhere, and errors that name the node and command.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::eventually;

@@ -6,9 +6,6 @@
 //! key on 9.0, atomically on 9.1); a node made before (open `default`) is closed live; a
 //! rotation never locks the operator out.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::eventually;

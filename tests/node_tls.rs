@@ -4,9 +4,6 @@
 //! test CA: the operator's client talks to the node through it when it trusts that CA for that
 //! name, and refuses another name, another CA, or a CA file with no certificate.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::sync::Arc;
 use std::time::Duration;
 

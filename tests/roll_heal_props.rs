@@ -7,9 +7,6 @@
 //! path finishes: the cluster converges without a person. `ROLL_TRACE=1` prints every plan (a
 //! failing case is kept in `roll_heal_props.proptest-regressions` and replayed first).
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;

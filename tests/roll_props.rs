@@ -3,9 +3,6 @@
 //! simulated cluster whose outcomes may fail (a failover that does not complete, a new node
 //! that never becomes ready) and check the roll's invariants after every step.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::collections::{BTreeMap, HashSet};
 
 use proptest::prelude::*;

@@ -2,9 +2,6 @@
 //! tests fetch, each setting that is neither operator-owned nor listed as restart-only must
 //! apply live with CONFIG SET, and each listed one must be refused by CONFIG SET.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

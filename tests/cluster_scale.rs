@@ -2,9 +2,6 @@
 //! atomic slot migration, and replicas per shard 1 → 2 → 0 → 1. No acknowledged write is lost,
 //! slots end balanced, and every shard has the asked-for replicas.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::valkey::roller::{converge, roller, shape};

@@ -4,9 +4,6 @@
 //! `harness::k8s::chart` for how, without a container runtime); a removed verb keeping it unready;
 //! upgrade with a stable CA; uninstall.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 

@@ -2,9 +2,6 @@
 //! become ready in time stalls the roll with the reason, every existing node keeps serving,
 //! and the roll resumes by itself once the node is ready.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::valkey::roller::{DriveError, Timeouts, converge, roller, shape, test_timeouts};

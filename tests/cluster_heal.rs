@@ -1,9 +1,6 @@
 //! Healing on real valkey-server processes: a crashed replica is replaced, and a shard whose
 //! primary crashed waits for Valkey's own failover and is then refilled, while writes go on.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::valkey::roller::{LocalRuntime, Roller, converge, roller, shape};

@@ -5,9 +5,6 @@
 //! as it is in `files/`. That every query and metric they use works against the operator is
 //! `e2e_prometheus`'s part.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::path::Path;
 
 use harness::REPO;

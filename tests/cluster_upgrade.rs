@@ -2,9 +2,6 @@
 //! 9.0.0, then roll to 9.1.2 and back to 9.0.0 under a continuous writer, while a sampler reads
 //! `CLUSTER NODES` from outside every 100 ms.
 
-// Test code reports failures by panicking; the house rules against it are for the product.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::time::Duration;
 
 use harness::valkey::roller::{converge, roller, shape};
