@@ -14,7 +14,7 @@ test: tools
 
 ## test-unit: the fast tier: every crate's unit tests and every integration test but the slow
 ## ones, which the file name marks: `e2e_*` (a control plane, Prometheus) and `cluster_*` (real
-## Valkey clusters, minutes each). The rest need at most a valkey-server.
+## Valkey clusters, minutes each). The rest need at most a valkey-server (tests/house.rs checks).
 FAST_TESTS := $(filter-out e2e_% cluster_%,$(basename $(notdir $(wildcard tests/*.rs))))
 test-unit: valkey-bins
 	cargo test --workspace --lib --bins $(addprefix --test ,$(FAST_TESTS))

@@ -15,10 +15,13 @@ use std::fmt;
 use sha2::{Digest, Sha256};
 
 use crate::api::{Access, AclPermission, AclUser, KeyAccess, SecretKeyRef, ValkeyRoleSpec};
-use crate::credentials::{OPERATOR_USER, REPLICATION_USER};
 
 /// Valkey's built-in user: never rewritten or deleted by the operator.
 pub const DEFAULT_USER: &str = "default";
+/// The user the operator connects as (its grants: [`crate::credentials`]).
+pub const OPERATOR_USER: &str = "valkey-operator";
+/// The user replicas authenticate to their primary as.
+pub const REPLICATION_USER: &str = "valkey-replication";
 
 /// User names no `spec.acl` may take: Valkey's own, and the two the operator keeps for itself
 /// (its own connection and replication, see `docs/credentials.md`), reserved before they exist

@@ -1,6 +1,6 @@
 //! The operator's own users on a cluster's nodes, and the Secret that keeps their passwords.
 //! Pure: the Secret's data in, the users, the `auth.conf` the nodes start with and the next
-//! step of a rotation out (the reads and writes are `crate::controller::credentials`).
+//! step of a rotation out (the reads and writes are `crate::controller::pass::credentials`).
 //!
 //! Per cluster, a Secret `<cluster>-credentials` holds two random passwords:
 //! - `operator-password`, of the user the operator connects as ([`OPERATOR_USER`]), allowed
@@ -34,25 +34,30 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::acl::{DEFAULT_USER, Rule, password_hash};
-use crate::valkey::Credentials;
+use crate::acl::{DEFAULT_USER, OPERATOR_USER, REPLICATION_USER, Rule, password_hash};
+use crate::api::secret_keys::{AUTH_CONF, NEXT, OPERATOR_PASSWORD, PREVIOUS, REPLICATION_PASSWORD};
 
-/// The user the operator connects as.
-pub const OPERATOR_USER: &str = "valkey-operator";
-/// The user replicas authenticate to their primary as.
-pub const REPLICATION_USER: &str = "valkey-replication";
+/// A Valkey user and its password, sent with `AUTH` (`HELLO`) when connecting. Never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
 /// What the operator sends: cluster membership, roles, failover and slot migration, `INFO`,
 /// `CONFIG SET` of live settings, `ACL` for the tenants' users, and the connection handshake.
 pub const OPERATOR_COMMANDS: [&str; 7] = [
     "cluster", "info", "config", "acl", "ping", "client", "hello",
 ];
-
-/// The Secret's keys.
-pub const OPERATOR_PASSWORD: &str = "operator-password";
-pub const REPLICATION_PASSWORD: &str = "replication-password";
-pub const AUTH_CONF: &str = "auth.conf";
-const NEXT: &str = "next-";
-const PREVIOUS: &str = "previous-";
 
 /// The name of a cluster's credentials Secret.
 pub fn secret_name(cluster: &str) -> String {

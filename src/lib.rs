@@ -1,25 +1,34 @@
 //! The Valkey operator: admission webhooks over the fleet's configuration, and the machinery to
 //! roll Valkey clusters one shard at a time. `main.rs` is a thin shell over [`cli`].
+//!
+//! The modules, in layers; each uses only the ones above it (`tests/house.rs` checks that no
+//! two files import each other, however indirectly):
+//! - the API and pure rules, no I/O: [`api`] (the kinds and every name the operator owns),
+//!   [`acl`] and [`credentials`] (the users on a cluster's nodes), [`words`] (lists in
+//!   messages), [`roll`] (the planner);
+//! - the fleet index: [`fleet`] (every image, config, role and cluster, the watches that feed
+//!   it, a config's resolution, the rules of a fleet rollout);
+//! - the engine: [`valkey`] (the protocol to one node, its settings, TLS to it) and [`execute`]
+//!   (the one executor of the planner's steps);
+//! - the two halves of the product: [`controller`] and [`admission`], with [`metrics`];
+//! - the process shell: [`settings`] (the operator's own), [`server`] (HTTPS, its certificate),
+//!   [`cli`] (the commands and the supervisor of `serve`).
 
 pub mod acl;
-pub mod admission;
 pub mod api;
-pub mod caches;
-pub mod certs;
-pub mod cli;
-pub mod controller;
 pub mod credentials;
-pub mod execute;
-pub mod fleet;
-pub mod metrics;
-pub mod resolve;
 pub mod roll;
-pub mod rollout;
-pub mod server;
-pub mod setting_impact;
-pub mod settings;
-pub mod supervise;
-pub mod tls;
-pub mod valkey;
-pub mod webhook_config;
 pub mod words;
+
+pub mod fleet;
+
+pub mod execute;
+pub mod valkey;
+
+pub mod admission;
+pub mod controller;
+pub mod metrics;
+
+pub mod cli;
+pub mod server;
+pub mod settings;

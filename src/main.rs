@@ -18,7 +18,7 @@ async fn main() -> std::process::ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    valkey_operator::tls::install_crypto_provider();
+    valkey_operator::server::tls::install_crypto_provider();
     match cli::run(Cli::parse()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {

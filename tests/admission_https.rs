@@ -241,7 +241,7 @@ async fn before_the_caches_sync_it_is_not_ready_and_admits_nothing() {
         fleet(),
         Policy::default(),
         Duration::from_millis(200),
-        valkey_operator::caches::Readiness::default(),
+        valkey_operator::fleet::caches::Readiness::default(),
     )
     .await;
     let response = server

@@ -1,8 +1,8 @@
 //! The manual holds together: every relative link in README.md and docs/*.md reaches a file in
-//! the repository and, where it names an `#anchor`, a heading of that file; and the layout map
-//! in docs/design.md names every entry of `src/` and every file of `src/controller/`, and
-//! nothing that does not exist. It only reads files (no network, no build products), so it is
-//! part of `make test-unit`.
+//! the repository and, where it names an `#anchor`, a heading of that file; every file path in
+//! backquotes exists; and the layout map in docs/design.md names every entry of `src/` and
+//! every file of `src/controller/` and its folders, and nothing that does not exist. It only
+//! reads files (no network, no build products), so it is part of `make test-unit`.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -230,15 +230,21 @@ fn the_layout_map_names_every_source_file_and_nothing_else() {
         }
     }
 
-    // Every file of src/controller/ is named in that folder's entry.
-    let (_, controller) = entries
-        .iter()
-        .find(|(path, _)| path == "src/controller/")
-        .expect("the layout map has an entry src/controller/");
-    let named: BTreeSet<&str> = words(controller).filter(|w| !w.contains('/')).collect();
-    for (name, _) in entries_of(&root.join("src/controller")) {
-        if name.ends_with(".rs") && !named.contains(name.as_str()) {
-            problems.insert(format!("src/controller/{name} exists but is not named"));
+    // Every file of src/controller/ and of its folders is named in that folder's entry.
+    for folder in [
+        "src/controller/",
+        "src/controller/pass/",
+        "src/controller/memory/",
+    ] {
+        let Some((_, entry)) = entries.iter().find(|(path, _)| path == folder) else {
+            problems.insert(format!("the layout map has no entry {folder}"));
+            continue;
+        };
+        let named: BTreeSet<&str> = words(entry).filter(|w| !w.contains('/')).collect();
+        for (name, _) in entries_of(&root.join(folder)) {
+            if name.ends_with(".rs") && !named.contains(name.as_str()) {
+                problems.insert(format!("{folder}{name} exists but is not named"));
+            }
         }
     }
 
@@ -268,5 +274,37 @@ fn the_layout_map_names_every_source_file_and_nothing_else() {
         problems.is_empty(),
         "the layout map in docs/design.md is out of step with the source tree:\n{}",
         problems.into_iter().collect::<Vec<_>>().join("\n")
+    );
+}
+
+#[test]
+fn every_file_path_the_docs_name_exists() {
+    let root = root();
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for page in manual(&root) {
+        let text = read(&page);
+        for (number, line) in text.lines().enumerate() {
+            for quoted in line.split('`').skip(1).step_by(2) {
+                let named = ["src/", "tests/", "benches/", "hack/", "charts/", "docs/"]
+                    .iter()
+                    .any(|top| quoted.starts_with(top));
+                // A path, not a command line or a glob (`tests/e2e_*.rs`).
+                if !named || quoted.contains([' ', '*', '<']) {
+                    continue;
+                }
+                checked += 1;
+                if !root.join(quoted).exists() {
+                    let page = page.strip_prefix(&root).unwrap_or(&page).display();
+                    missing.push(format!("{page}:{}: `{quoted}`", number + 1));
+                }
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} paths found in the docs");
+    assert!(
+        missing.is_empty(),
+        "the docs name files that do not exist:\n{}",
+        missing.join("\n")
     );
 }

@@ -16,9 +16,11 @@ use harness::valkey::logins::{admin, anonymous_reply};
 use harness::valkey::wait_for_layout;
 use k8s_openapi::ByteString;
 use serde_json::Value;
+use valkey_operator::acl::OPERATOR_USER;
 use valkey_operator::api::annotations::ROTATE_CREDENTIALS;
-use valkey_operator::credentials::{OPERATOR_USER, secret_name};
-use valkey_operator::valkey::{Credentials, NodeClient};
+use valkey_operator::credentials::Credentials;
+use valkey_operator::credentials::secret_name;
+use valkey_operator::valkey::NodeClient;
 
 const NAMESPACE: &str = "bank";
 const CLUSTER: &str = "ledger";

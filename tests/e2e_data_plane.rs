@@ -226,7 +226,8 @@ spec: {configRef: locked-config, shards: 1, replicasPerShard: 0, tls: {secretRef
 
     let dir = tempfile::tempdir().unwrap();
     let names = ["secure.locked.svc".to_string()];
-    let files = valkey_operator::certs::write_dev_certificates(dir.path(), &names, &[]).unwrap();
+    let files =
+        valkey_operator::cli::certs::write_dev_certificates(dir.path(), &names, &[]).unwrap();
     let from = |key: &str, path: &std::path::Path| format!("--from-file={key}={}", path.display());
     product.kubectl(&[
         "create",

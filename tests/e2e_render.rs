@@ -11,13 +11,14 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, ResourceExt};
 use testenv::{ControlPlane, TestKubelet};
+use valkey_operator::acl::OPERATOR_USER;
 use valkey_operator::api::{
     self, NodeRole, ValkeyCluster, ValkeyImageSpec, ValkeyNode, ZoneSpread,
 };
-use valkey_operator::controller::credentials::new_secret;
+use valkey_operator::controller::pass::credentials::new_secret;
 use valkey_operator::controller::render::ClusterRender;
-use valkey_operator::credentials::{OPERATOR_USER, SystemCredentials, secret_name};
-use valkey_operator::resolve::{Chain, EffectiveConfig, ResolvedImage};
+use valkey_operator::credentials::{SystemCredentials, secret_name};
+use valkey_operator::fleet::resolve::{Chain, EffectiveConfig, ResolvedImage};
 
 /// How long the API server, its controllers and the kubelet get for each step.
 const WITHIN: Duration = Duration::from_secs(60);

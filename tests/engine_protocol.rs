@@ -10,8 +10,9 @@ use harness::valkey::roller::LocalRuntime;
 use harness::valkey::runtime::{NodeRuntime, NodeSpec};
 use harness::valkey::{NEW, OLD, key_slot};
 use sha2::{Digest, Sha256};
+use valkey_operator::credentials::Credentials;
 use valkey_operator::roll::{Role, SlotRange};
-use valkey_operator::valkey::{Credentials, NodeAddress, NodeClient, forget_everywhere};
+use valkey_operator::valkey::{NodeAddress, NodeClient, forget_everywhere};
 
 const CALL: Duration = Duration::from_secs(2);
 

@@ -14,7 +14,7 @@ use harness::valkey::runtime::{NodeRuntime, NodeSpec};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
-use valkey_operator::certs::write_dev_certificates;
+use valkey_operator::cli::certs::write_dev_certificates;
 use valkey_operator::valkey::NodeClient;
 use valkey_operator::valkey::tls::{TlsTrust, TlsTrustError, service_name};
 

@@ -14,7 +14,7 @@ use crate::acl;
 use crate::api::bounds::{Problem, acl_syntax_problems, cap_problems, cluster_problems};
 use crate::api::{AclUser, RESERVED_PREFIX, ValkeyCluster, ValkeyClusterSpec};
 use crate::fleet::Fleet;
-use crate::resolve::{self, ResolveError};
+use crate::fleet::resolve::{self, ResolveError};
 
 /// Every check of a created or updated cluster; the switch warning only once nothing was refused.
 pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet, policy: &Policy) -> Verdict {
@@ -183,3 +183,7 @@ fn check_config_ref(spec: &ValkeyClusterSpec, fleet: &Fleet, verdict: &mut Verdi
         Err(error) => verdict.deny(format!("spec.configRef: {error}")),
     }
 }
+
+#[cfg(test)]
+#[path = "cluster_tests.rs"]
+mod tests;

@@ -12,8 +12,8 @@ use super::{Policy, Review, Verdict, clip, plural, some_of};
 use crate::api::bounds::config_problems;
 use crate::api::{ValkeyConfig, ValkeyConfigSpec, annotations};
 use crate::fleet::Fleet;
-use crate::resolve::{self, ResolveError, WithConfig};
-use crate::setting_impact::is_operator_owned;
+use crate::fleet::resolve::{self, ResolveError, WithConfig};
+use crate::valkey::setting_impact::is_operator_owned;
 
 fn is_setting_name(setting: &str) -> bool {
     !setting.is_empty()
@@ -217,3 +217,7 @@ fn validate_delete(name: &str, fleet: &Fleet, verdict: &mut Verdict) {
         ));
     }
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

@@ -9,10 +9,10 @@ use std::fmt;
 
 use super::{Verdict, clip};
 use crate::api::ValkeyConfigSpec;
+use crate::fleet::resolve::{self, Catalog, EffectiveConfig, WithConfig};
+use crate::fleet::rollout::{Wave, wave_of};
 use crate::fleet::{ClusterKey, Fleet};
-use crate::resolve::{self, Catalog, EffectiveConfig, WithConfig};
-use crate::rollout::{Wave, wave_of};
-use crate::setting_impact::needs_restart;
+use crate::valkey::setting_impact::needs_restart;
 
 /// How many clusters are named one by one before the rest are counted.
 const CLUSTERS_NAMED: usize = 8;
@@ -113,7 +113,7 @@ pub fn cluster_effects(
 }
 
 /// The cluster's wave in its rollout, as the policy of the nearest config of its chain with
-/// one places it (see [`crate::rollout::wave_of`]) in `catalog` (the configs as the change
+/// one places it (see [`crate::fleet::rollout::wave_of`]) in `catalog` (the configs as the change
 /// makes them); the last wave without a policy.
 fn wave(catalog: &impl Catalog, fleet: &Fleet, cluster: &ClusterKey) -> Wave {
     let chain = fleet
@@ -178,7 +178,7 @@ mod tests {
 
     use super::*;
     use crate::api::{NodeResources, ValkeyImageSpec};
-    use crate::resolve::{Chain, ResolvedImage};
+    use crate::fleet::resolve::{Chain, ResolvedImage};
 
     fn effective(tag: &str, settings: &[(&str, &str)]) -> EffectiveConfig {
         EffectiveConfig {

@@ -20,8 +20,8 @@ use serde::de::DeserializeOwned;
 
 use super::{Policy, Review, Verdict};
 use crate::api::{GROUP, ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNode, ValkeyRole};
-use crate::caches::Readiness;
 use crate::fleet::Fleet;
+use crate::fleet::caches::Readiness;
 use crate::metrics::Metrics;
 
 /// Largest AdmissionReview accepted: an object may be 1.5 MiB and a review carries two.

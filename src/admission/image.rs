@@ -54,3 +54,7 @@ pub fn validate_image(review: &Review<ValkeyImage>, fleet: &Fleet) -> Verdict {
     }
     verdict
 }
+
+#[cfg(test)]
+#[path = "image_tests.rs"]
+mod tests;

@@ -8,8 +8,8 @@ use semver::Version;
 use super::{Policy, Verdict, clip, plural, some_of};
 use crate::api::annotations::{ROLLOUT_PAUSED, ROLLOUT_WAVE};
 use crate::api::{RolloutPolicy, ValkeyConfigSpec, annotations};
+use crate::fleet::resolve::{self, Catalog, ResolvedImage, WithConfig};
 use crate::fleet::{ClusterKey, Fleet};
-use crate::resolve::{self, Catalog, ResolvedImage, WithConfig};
 
 /// How many cluster names a warning shows before "and N more".
 const NAMES_SHOWN: usize = 3;

@@ -7,6 +7,8 @@ mod cluster;
 mod config;
 mod effects;
 pub mod eviction;
+#[cfg(test)]
+mod fixtures;
 pub mod http;
 mod image;
 mod impact;
@@ -101,6 +103,3 @@ mod tests {
         assert_eq!(clip("short".into()), "short");
     }
 }
-
-#[cfg(test)]
-mod validator_tests;

@@ -58,3 +58,7 @@ fn check_writer(review: &Review<ValkeyNode>, policy: &Policy, verdict: &mut Verd
         ));
     }
 }
+
+#[cfg(test)]
+#[path = "node_tests.rs"]
+mod tests;

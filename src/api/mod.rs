@@ -105,6 +105,26 @@ pub mod field_managers {
     pub const EVICTION: &str = "valkey-operator-eviction";
 }
 
+/// The keys of the Secrets the operator writes (a cluster's credentials) and reads (a TLS
+/// cluster's, by cert-manager's names).
+pub mod secret_keys {
+    /// The password of the user the operator connects as (`valkey-operator`).
+    pub const OPERATOR_PASSWORD: &str = "operator-password";
+    /// The password replicas authenticate to their primary with (`valkey-replication`).
+    pub const REPLICATION_PASSWORD: &str = "replication-password";
+    /// The users file every node includes: the two users by hash, `default` closed.
+    pub const AUTH_CONF: &str = "auth.conf";
+    /// During a rotation, the new password beside each current one (`next-operator-password`).
+    pub const NEXT: &str = "next-";
+    /// After a rotation, the old password kept until every node has the new one.
+    pub const PREVIOUS: &str = "previous-";
+    /// A TLS cluster's CA certificate, the only root its nodes are trusted by.
+    pub const TLS_CA: &str = "ca.crt";
+    /// A TLS cluster's node certificate and its key.
+    pub const TLS_CERT: &str = "tls.crt";
+    pub const TLS_KEY: &str = "tls.key";
+}
+
 /// The CustomResourceDefinitions of all five kinds, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![

@@ -1,7 +1,8 @@
-//! The Kubernetes Events the controller records on a ValkeyCluster, as one type: each event
-//! names the ValkeyNode it concerns, because kube's recorder folds events with the same reason
-//! and related object into one series (keeping the first note), so without it every join of a
-//! roll would show as the first one, counted.
+//! The Kubernetes Events the operator records, as types: [`ClusterEvent`] on a ValkeyCluster,
+//! [`RolloutEvent`] on a ValkeyConfig, both published by [`EventRecorder::record`] (the one way an
+//! event is written). A cluster's event names the ValkeyNode it concerns, because kube's recorder
+//! folds events with the same reason and related object into one series (keeping the first
+//! note), so without it every join of a roll would show as the first one, counted.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -105,7 +106,7 @@ impl ClusterEvent {
         }
     }
 
-    fn action(&self) -> &'static str {
+    pub fn action(&self) -> &'static str {
         match self {
             ClusterEvent::NodeJoining { .. } => "Join",
             ClusterEvent::NodeActive { .. } => "Activate",
@@ -125,7 +126,7 @@ impl ClusterEvent {
         }
     }
 
-    fn is_warning(&self) -> bool {
+    pub fn is_warning(&self) -> bool {
         matches!(
             self,
             ClusterEvent::RollStalled { .. }
@@ -180,6 +181,81 @@ impl ClusterEvent {
     }
 }
 
+/// A config's fleet rollout moved to another phase (its `status.rollout`); `counts` says where
+/// its clusters stand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RolloutEvent {
+    pub change: RolloutChange,
+    pub counts: String,
+}
+
+/// The phase changes of a config's rollout that are told as events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RolloutChange {
+    /// From `Complete` to `Rolling`.
+    Started,
+    /// A cluster stalled on the change: no other starts until it is fixed.
+    Halted,
+    Paused,
+    /// Back to `Rolling` from `Halted` or `Paused`.
+    Resumed,
+    Completed,
+}
+
+impl RolloutEvent {
+    pub fn reason(&self) -> &'static str {
+        match self.change {
+            RolloutChange::Started => "RolloutStarted",
+            RolloutChange::Halted => "RolloutHalted",
+            RolloutChange::Paused => "RolloutPaused",
+            RolloutChange::Resumed => "RolloutResumed",
+            RolloutChange::Completed => "RolloutCompleted",
+        }
+    }
+}
+
+/// What an event says, whatever it is recorded on.
+pub trait Said {
+    /// The reason, as `kubectl get events` shows it.
+    fn reason(&self) -> &'static str;
+    fn note(&self) -> String;
+    fn action(&self) -> &'static str;
+    fn is_warning(&self) -> bool;
+}
+
+impl Said for ClusterEvent {
+    fn reason(&self) -> &'static str {
+        ClusterEvent::reason(self)
+    }
+    fn note(&self) -> String {
+        ClusterEvent::note(self)
+    }
+    fn action(&self) -> &'static str {
+        ClusterEvent::action(self)
+    }
+    fn is_warning(&self) -> bool {
+        ClusterEvent::is_warning(self)
+    }
+}
+
+impl Said for RolloutEvent {
+    fn reason(&self) -> &'static str {
+        RolloutEvent::reason(self)
+    }
+    fn note(&self) -> String {
+        match self.change {
+            RolloutChange::Halted => format!("a cluster stalled: {}", self.counts),
+            _ => self.counts.clone(),
+        }
+    }
+    fn action(&self) -> &'static str {
+        "Rollout"
+    }
+    fn is_warning(&self) -> bool {
+        self.change == RolloutChange::Halted
+    }
+}
+
 /// kube's [`Recorder`], renewed after [`RENEW_AFTER_EVENTS`] events or [`RENEW_AFTER`]. A
 /// recorder keeps every event it published, to fold a repeat into a series, and drops old ones
 /// only when it next publishes: a fleet's burst of events (a node joining each of 10,000
@@ -219,9 +295,29 @@ impl EventRecorder {
         Recorder::new(client.clone(), Reporter::from("valkey-operator"))
     }
 
-    /// Publishes `event` about `reference` (the operator's one way to record an event).
-    pub async fn publish(&self, event: &Event, reference: &ObjectReference) -> kube::Result<()> {
-        self.take().publish(event, reference).await
+    /// Records `event` on `about`, with `related` as its second object; a failure to record is
+    /// logged, never fatal. The operator's one way to write an event.
+    pub async fn record(
+        &self,
+        about: &ObjectReference,
+        related: Option<ObjectReference>,
+        event: &impl Said,
+    ) {
+        let recorded = Event {
+            type_: if event.is_warning() {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: event.reason().into(),
+            note: Some(event.note()),
+            action: event.action().into(),
+            secondary: related,
+        };
+        if let Err(error) = self.take().publish(&recorded, about).await {
+            let name = about.name.as_deref().unwrap_or_default();
+            tracing::warn!(%error, %name, reason = event.reason(), "could not record an event");
+        }
     }
 
     /// The recorder to publish one event with.
@@ -237,30 +333,16 @@ impl EventRecorder {
     }
 }
 
-/// Records `event` on `cluster`; a failure to record is logged, never fatal.
+/// Records `event` on `cluster`, related to the ValkeyNode it concerns.
 pub async fn publish(recorder: &EventRecorder, cluster: &ValkeyCluster, event: &ClusterEvent) {
-    let secondary = event.node().map(|name| ObjectReference {
+    let node = event.node().map(|name| ObjectReference {
         api_version: Some(ValkeyNode::api_version(&()).into_owned()),
         kind: Some(ValkeyNode::kind(&()).into_owned()),
         name: Some(name.to_string()),
         namespace: cluster.namespace(),
         ..Default::default()
     });
-    let recorded = Event {
-        type_: if event.is_warning() {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        },
-        reason: event.reason().into(),
-        note: Some(event.note()),
-        action: event.action().into(),
-        secondary,
-    };
-    let reference = cluster.object_ref(&());
-    if let Err(error) = recorder.publish(&recorded, &reference).await {
-        tracing::warn!(%error, reason = event.reason(), "could not record an event");
-    }
+    recorder.record(&cluster.object_ref(&()), node, event).await;
 }
 
 #[cfg(test)]

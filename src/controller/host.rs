@@ -11,14 +11,14 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::context::Context;
-use super::node_cache::{Kind, Writes};
-use super::observe::{ClusterNodes, roll_status};
-use super::render::ClusterRender;
 use crate::api::{
     NodeLifecycle, NodeRole, ValkeyCluster, ValkeyNode, ValkeyNodeStatus, annotations,
     field_managers, finalizers,
 };
+use crate::controller::context::Context;
+use crate::controller::memory::node_cache::{Kind, Writes};
+use crate::controller::render::ClusterRender;
+use crate::controller::view::{ClusterNodes, roll_status};
 use crate::execute::{Member, NodeHost};
 use crate::fleet::ClusterKey;
 use crate::roll::RollMemory;

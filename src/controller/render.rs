@@ -27,12 +27,13 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::api::annotations;
+use crate::api::secret_keys::{AUTH_CONF, TLS_CA, TLS_CERT, TLS_KEY};
 use crate::api::{
     NodeRole, ValkeyCluster, ValkeyClusterSpec, ValkeyNode, ValkeyNodeSpec, ZoneSpread, labels,
 };
-use crate::credentials::{AUTH_CONF, secret_name};
-use crate::resolve::EffectiveConfig;
-use crate::setting_impact::needs_restart;
+use crate::credentials::secret_name;
+use crate::fleet::resolve::EffectiveConfig;
+use crate::valkey::setting_impact::needs_restart;
 
 /// The client port every node listens on (its own Pod IP).
 pub const VALKEY_PORT: i32 = 6379;
@@ -40,11 +41,8 @@ pub const VALKEY_PORT: i32 = 6379;
 pub const BUS_PORT: i32 = 16379;
 /// The named ports of a node, on its container and on the Service.
 const PORTS: [(&str, i32); 2] = [("client", VALKEY_PORT), ("bus", BUS_PORT)];
-/// Where a TLS cluster's Secret is mounted, and its keys (cert-manager's names).
+/// Where a TLS cluster's Secret is mounted (its keys: [`crate::api::secret_keys`]).
 pub const TLS_DIR: &str = "/etc/valkey/tls";
-pub const TLS_CA_KEY: &str = "ca.crt";
-pub const TLS_CERT_KEY: &str = "tls.crt";
-pub const TLS_KEY_KEY: &str = "tls.key";
 /// Where the cluster's credentials Secret is mounted: only its `auth.conf`, which every node
 /// `--include`s (its users by hash, `default` closed; see [`crate::credentials`]).
 pub const AUTH_DIR: &str = "/etc/valkey/auth";
@@ -354,9 +352,9 @@ impl ClusterRender<'_> {
         vec![
             ("--tls-port", VALKEY_PORT.to_string()),
             ("--cluster-port", BUS_PORT.to_string()),
-            ("--tls-cert-file", file(TLS_CERT_KEY)),
-            ("--tls-key-file", file(TLS_KEY_KEY)),
-            ("--tls-ca-cert-file", file(TLS_CA_KEY)),
+            ("--tls-cert-file", file(TLS_CERT)),
+            ("--tls-key-file", file(TLS_KEY)),
+            ("--tls-ca-cert-file", file(TLS_CA)),
             ("--tls-replication", "yes".into()),
             ("--tls-cluster", "yes".into()),
             ("--tls-auth-clients", "optional".into()),

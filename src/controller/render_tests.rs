@@ -1,9 +1,10 @@
 //! Tests of the rendered objects: revision, Pods, Service and PodDisruptionBudget.
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
 use super::*;
 use crate::api::{Placement, ValkeyImageSpec};
-use crate::resolve::{Chain, ResolvedImage};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use crate::fleet::resolve::{Chain, ResolvedImage};
 
 fn cluster() -> ValkeyCluster {
     let mut cluster = ValkeyCluster::new(

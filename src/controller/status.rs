@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use super::live::NodeRefusal;
 use crate::acl::AclError;
 use crate::api::{
     ClusterNodeStatus, ClusterState, NodeRole, ShardStatus, ValkeyClusterStatus, ValkeyNode,
 };
+use crate::execute::acl::Refusal;
 use crate::metrics::{NodeGauges, RollProgress};
 use crate::roll::slots::SLOT_COUNT;
 use crate::roll::{DesiredShape, Lifecycle, ObservedNode, Role, Step};
@@ -497,6 +497,13 @@ fn in_sync_replicas(observed: &[ObservedNode], shard: u32) -> u32 {
         .filter(|o| o.sync.is_some_and(|s| s.link_up && !s.sync_in_progress))
         .count();
     u32::try_from(count).unwrap_or(u32::MAX)
+}
+
+/// A node's refusal of one of its users.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeRefusal {
+    pub node: String,
+    pub refusal: Refusal,
 }
 
 #[cfg(test)]

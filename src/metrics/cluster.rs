@@ -63,19 +63,39 @@ const KEYS_BUCKETS: [f64; 8] = [0.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7];
 
 /// The per-cluster families.
 pub(super) struct ClusterMetrics {
+    shape: Shape,
+    counts: Counts,
+    durations: Durations,
+    labelled: Labelled,
+}
+
+/// The gauges of a cluster's shape and roll.
+struct Shape {
     shards: IntGaugeVec,
     shards_up_to_date: IntGaugeVec,
     outdated_nodes: IntGaugeVec,
     roll_in_progress: IntGaugeVec,
     below_replica_target: IntGaugeVec,
+}
+
+/// The counters of what the controller did to a cluster.
+struct Counts {
     failovers: IntCounterVec,
     slot_migrations: IntCounterVec,
     certificate_reloads: IntCounterVec,
+}
+
+/// The histograms of how long a cluster's steps took, and of the keys a migration moved.
+struct Durations {
     failover_duration: HistogramVec,
     shard_roll_duration: HistogramVec,
     replica_join_duration: HistogramVec,
     migration_duration: HistogramVec,
     migration_keys: HistogramVec,
+}
+
+/// The families whose label values change (a step, a reason, a role): each cluster's old series is replaced, not left behind.
+struct Labelled {
     roll_step: Replaced,
     roll_stalled: Replaced,
     degraded: Replaced,
@@ -85,10 +105,204 @@ pub(super) struct ClusterMetrics {
 
 impl ClusterMetrics {
     pub(super) fn new(add: &Registrar) -> Result<Self, prometheus::Error> {
-        let gauge = |name, help| add.gauge(name, help, &PER_CLUSTER);
-        let replaced = |name, help, labels: &[&str]| -> Result<Replaced, prometheus::Error> {
-            Ok(Replaced::new(add.gauge(name, help, labels)?))
+        Ok(Self {
+            shape: Shape::new(add)?,
+            counts: Counts::new(add)?,
+            durations: Durations::new(add)?,
+            labelled: Labelled::new(add)?,
+        })
+    }
+
+    pub(super) fn progress(&self, id: &ClusterId, progress: &RollProgress) {
+        let labels = id.labels();
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        // Every cluster's failover counter exists from its first pass, at 0 until one happens,
+        // so "no failover" reads as 0 rather than as a missing series.
+        let _ = self.counts.failovers.with_label_values(&labels);
+        let values = [
+            progress.shards,
+            progress.shards_up_to_date,
+            progress.outdated_nodes,
+            usize::from(progress.in_progress),
+            progress.shards_below_replica_target,
+        ];
+        for (gauge, value) in self.gauges().into_iter().zip(values) {
+            gauge.with_label_values(&labels).set(count(value));
+        }
+        let words = progress.words;
+        let shard = words.shard.map(|s| s.to_string()).unwrap_or_default();
+        let reason = words.reason.unwrap_or_default();
+        self.labelled
+            .roll_step
+            .replace(id, vec![(id.with(&[&shard, words.step, reason]), 1)]);
+        let stalled = (words.step == "Stalled").then(|| (id.with(&[reason]), 1));
+        self.labelled
+            .roll_stalled
+            .replace(id, stalled.into_iter().collect());
+        self.labelled
+            .node_role
+            .replace(id, node_rows(id, &progress.nodes, true));
+        self.labelled
+            .node_lag
+            .replace(id, node_rows(id, &progress.nodes, false));
+    }
+
+    pub(super) fn roll_unknown(&self, id: &ClusterId) {
+        for replaced in [
+            &self.labelled.roll_step,
+            &self.labelled.roll_stalled,
+            &self.labelled.node_role,
+            &self.labelled.node_lag,
+        ] {
+            replaced.replace(id, Vec::new());
+        }
+    }
+
+    /// The cluster's Degraded condition as just written: its reason while it is True.
+    pub(super) fn degraded(&self, id: &ClusterId, reason: Option<&str>) {
+        let row = reason.map(|reason| (id.with(&[reason]), 1));
+        self.labelled
+            .degraded
+            .replace(id, row.into_iter().collect());
+    }
+
+    pub(super) fn failover(&self, id: &ClusterId, ok: bool, took: Duration) {
+        if ok {
+            self.counts.failovers.with_label_values(&id.labels()).inc();
+        }
+        self.durations
+            .failover_duration
+            .with_label_values(&id.with(&[result(ok)]))
+            .observe(took.as_secs_f64());
+    }
+
+    pub(super) fn slot_migration(
+        &self,
+        id: &ClusterId,
+        ok: bool,
+        keys: Option<u64>,
+        took: Duration,
+    ) {
+        let labels = id.with(&[result(ok)]);
+        self.counts.slot_migrations.with_label_values(&labels).inc();
+        self.durations
+            .migration_duration
+            .with_label_values(&labels)
+            .observe(took.as_secs_f64());
+        if let Some(keys) = keys.filter(|_| ok) {
+            self.durations
+                .migration_keys
+                .with_label_values(&id.labels())
+                .observe(keys as f64);
+        }
+    }
+
+    pub(super) fn certificate_reloads(&self, id: &ClusterId, ok: u64, failed: u64) {
+        for (outcome, count) in [(true, ok), (false, failed)] {
+            let labels = id.with(&[result(outcome)]);
+            // Both results exist once a reload was tried, so the first failure is an increase.
+            self.counts
+                .certificate_reloads
+                .with_label_values(&labels)
+                .inc_by(count);
+        }
+    }
+
+    pub(super) fn timed(&self, id: &ClusterId, what: Timed, took: Duration) {
+        let histogram = match what {
+            Timed::ShardRoll => &self.durations.shard_roll_duration,
+            Timed::ReplicaJoin => &self.durations.replica_join_duration,
         };
+        histogram
+            .with_label_values(&id.labels())
+            .observe(took.as_secs_f64());
+    }
+
+    /// Drops every series of a deleted cluster.
+    pub(super) fn forget(&self, id: &ClusterId) {
+        let labels = id.labels();
+        for gauge in self.gauges() {
+            let _ = gauge.remove_label_values(&labels);
+        }
+        let _ = self.counts.failovers.remove_label_values(&labels);
+        for histogram in [
+            &self.durations.shard_roll_duration,
+            &self.durations.replica_join_duration,
+            &self.durations.migration_keys,
+        ] {
+            let _ = histogram.remove_label_values(&labels);
+        }
+        for outcome in RESULTS {
+            let with_result = id.with(&[outcome]);
+            let _ = self
+                .counts
+                .slot_migrations
+                .remove_label_values(&with_result);
+            let _ = self
+                .counts
+                .certificate_reloads
+                .remove_label_values(&with_result);
+            let _ = self
+                .durations
+                .failover_duration
+                .remove_label_values(&with_result);
+            let _ = self
+                .durations
+                .migration_duration
+                .remove_label_values(&with_result);
+        }
+        for replaced in self.replaced() {
+            replaced.replace(id, Vec::new());
+        }
+    }
+
+    /// Drops every per-cluster series: this replica no longer leads, so it knows no cluster.
+    pub(super) fn forget_all(&self) {
+        for gauge in self.gauges() {
+            gauge.reset();
+        }
+        self.counts.failovers.reset();
+        self.counts.slot_migrations.reset();
+        self.counts.certificate_reloads.reset();
+        for histogram in [
+            &self.durations.failover_duration,
+            &self.durations.shard_roll_duration,
+            &self.durations.replica_join_duration,
+            &self.durations.migration_duration,
+            &self.durations.migration_keys,
+        ] {
+            histogram.reset();
+        }
+        for replaced in self.replaced() {
+            replaced.clear();
+        }
+    }
+
+    /// The progress gauges labelled by namespace and cluster alone, in [`Self::progress`]'s order.
+    fn gauges(&self) -> [&IntGaugeVec; 5] {
+        [
+            &self.shape.shards,
+            &self.shape.shards_up_to_date,
+            &self.shape.outdated_nodes,
+            &self.shape.roll_in_progress,
+            &self.shape.below_replica_target,
+        ]
+    }
+
+    fn replaced(&self) -> [&Replaced; 5] {
+        [
+            &self.labelled.roll_step,
+            &self.labelled.roll_stalled,
+            &self.labelled.degraded,
+            &self.labelled.node_role,
+            &self.labelled.node_lag,
+        ]
+    }
+}
+
+impl Shape {
+    fn new(add: &Registrar) -> Result<Self, prometheus::Error> {
+        let gauge = |name, help| add.gauge(name, help, &PER_CLUSTER);
         Ok(Self {
             shards: gauge("cluster_shards", "Shards a ValkeyCluster asks for.")?,
             shards_up_to_date: gauge(
@@ -107,6 +321,13 @@ impl ClusterMetrics {
                 "cluster_shards_below_replica_target",
                 "Shards with fewer in-sync replicas than spec.replicasPerShard.",
             )?,
+        })
+    }
+}
+
+impl Counts {
+    fn new(add: &Registrar) -> Result<Self, prometheus::Error> {
+        Ok(Self {
             failovers: add.counter(
                 "failovers_total",
                 "Planned failovers completed (roles changed), by cluster; an attempt that did not \
@@ -124,6 +345,13 @@ impl ClusterMetrics {
                  changed (CONFIG SET tls-cert-file), by result (completed, failed).",
                 &WITH_RESULT,
             )?,
+        })
+    }
+}
+
+impl Durations {
+    fn new(add: &Registrar) -> Result<Self, prometheus::Error> {
+        Ok(Self {
             failover_duration: add.histogram(
                 "failover_duration_seconds",
                 "From CLUSTER FAILOVER to the roles having changed (the clients' write pause is \
@@ -158,6 +386,16 @@ impl ClusterMetrics {
                 &KEYS_BUCKETS,
                 &PER_CLUSTER,
             )?,
+        })
+    }
+}
+
+impl Labelled {
+    fn new(add: &Registrar) -> Result<Self, prometheus::Error> {
+        let replaced = |name, help, labels: &[&str]| -> Result<Replaced, prometheus::Error> {
+            Ok(Replaced::new(add.gauge(name, help, labels)?))
+        };
+        Ok(Self {
             roll_step: replaced(
                 "cluster_roll_step",
                 "1 for the step the cluster's last pass planned, labelled with the words the \
@@ -185,169 +423,6 @@ impl ClusterMetrics {
                 &["namespace", "cluster", "shard", "node"],
             )?,
         })
-    }
-
-    pub(super) fn progress(&self, id: &ClusterId, progress: &RollProgress) {
-        let labels = id.labels();
-        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        // Every cluster's failover counter exists from its first pass, at 0 until one happens,
-        // so "no failover" reads as 0 rather than as a missing series.
-        let _ = self.failovers.with_label_values(&labels);
-        let values = [
-            progress.shards,
-            progress.shards_up_to_date,
-            progress.outdated_nodes,
-            usize::from(progress.in_progress),
-            progress.shards_below_replica_target,
-        ];
-        for (gauge, value) in self.gauges().into_iter().zip(values) {
-            gauge.with_label_values(&labels).set(count(value));
-        }
-        let words = progress.words;
-        let shard = words.shard.map(|s| s.to_string()).unwrap_or_default();
-        let reason = words.reason.unwrap_or_default();
-        self.roll_step
-            .replace(id, vec![(id.with(&[&shard, words.step, reason]), 1)]);
-        let stalled = (words.step == "Stalled").then(|| (id.with(&[reason]), 1));
-        self.roll_stalled.replace(id, stalled.into_iter().collect());
-        self.node_role
-            .replace(id, node_rows(id, &progress.nodes, true));
-        self.node_lag
-            .replace(id, node_rows(id, &progress.nodes, false));
-    }
-
-    pub(super) fn roll_unknown(&self, id: &ClusterId) {
-        for replaced in [
-            &self.roll_step,
-            &self.roll_stalled,
-            &self.node_role,
-            &self.node_lag,
-        ] {
-            replaced.replace(id, Vec::new());
-        }
-    }
-
-    /// The cluster's Degraded condition as just written: its reason while it is True.
-    pub(super) fn degraded(&self, id: &ClusterId, reason: Option<&str>) {
-        let row = reason.map(|reason| (id.with(&[reason]), 1));
-        self.degraded.replace(id, row.into_iter().collect());
-    }
-
-    pub(super) fn failover(&self, id: &ClusterId, ok: bool, took: Duration) {
-        if ok {
-            self.failovers.with_label_values(&id.labels()).inc();
-        }
-        self.failover_duration
-            .with_label_values(&id.with(&[result(ok)]))
-            .observe(took.as_secs_f64());
-    }
-
-    pub(super) fn slot_migration(
-        &self,
-        id: &ClusterId,
-        ok: bool,
-        keys: Option<u64>,
-        took: Duration,
-    ) {
-        let labels = id.with(&[result(ok)]);
-        self.slot_migrations.with_label_values(&labels).inc();
-        self.migration_duration
-            .with_label_values(&labels)
-            .observe(took.as_secs_f64());
-        if let Some(keys) = keys.filter(|_| ok) {
-            self.migration_keys
-                .with_label_values(&id.labels())
-                .observe(keys as f64);
-        }
-    }
-
-    pub(super) fn certificate_reloads(&self, id: &ClusterId, ok: u64, failed: u64) {
-        for (outcome, count) in [(true, ok), (false, failed)] {
-            let labels = id.with(&[result(outcome)]);
-            // Both results exist once a reload was tried, so the first failure is an increase.
-            self.certificate_reloads
-                .with_label_values(&labels)
-                .inc_by(count);
-        }
-    }
-
-    pub(super) fn timed(&self, id: &ClusterId, what: Timed, took: Duration) {
-        let histogram = match what {
-            Timed::ShardRoll => &self.shard_roll_duration,
-            Timed::ReplicaJoin => &self.replica_join_duration,
-        };
-        histogram
-            .with_label_values(&id.labels())
-            .observe(took.as_secs_f64());
-    }
-
-    /// Drops every series of a deleted cluster.
-    pub(super) fn forget(&self, id: &ClusterId) {
-        let labels = id.labels();
-        for gauge in self.gauges() {
-            let _ = gauge.remove_label_values(&labels);
-        }
-        let _ = self.failovers.remove_label_values(&labels);
-        for histogram in [
-            &self.shard_roll_duration,
-            &self.replica_join_duration,
-            &self.migration_keys,
-        ] {
-            let _ = histogram.remove_label_values(&labels);
-        }
-        for outcome in RESULTS {
-            let with_result = id.with(&[outcome]);
-            let _ = self.slot_migrations.remove_label_values(&with_result);
-            let _ = self.certificate_reloads.remove_label_values(&with_result);
-            let _ = self.failover_duration.remove_label_values(&with_result);
-            let _ = self.migration_duration.remove_label_values(&with_result);
-        }
-        for replaced in self.replaced() {
-            replaced.replace(id, Vec::new());
-        }
-    }
-
-    /// Drops every per-cluster series: this replica no longer leads, so it knows no cluster.
-    pub(super) fn forget_all(&self) {
-        for gauge in self.gauges() {
-            gauge.reset();
-        }
-        self.failovers.reset();
-        self.slot_migrations.reset();
-        self.certificate_reloads.reset();
-        for histogram in [
-            &self.failover_duration,
-            &self.shard_roll_duration,
-            &self.replica_join_duration,
-            &self.migration_duration,
-            &self.migration_keys,
-        ] {
-            histogram.reset();
-        }
-        for replaced in self.replaced() {
-            replaced.clear();
-        }
-    }
-
-    /// The progress gauges labelled by namespace and cluster alone, in [`Self::progress`]'s order.
-    fn gauges(&self) -> [&IntGaugeVec; 5] {
-        [
-            &self.shards,
-            &self.shards_up_to_date,
-            &self.outdated_nodes,
-            &self.roll_in_progress,
-            &self.below_replica_target,
-        ]
-    }
-
-    fn replaced(&self) -> [&Replaced; 5] {
-        [
-            &self.roll_step,
-            &self.roll_stalled,
-            &self.degraded,
-            &self.node_role,
-            &self.node_lag,
-        ]
     }
 }
 

@@ -98,10 +98,10 @@ pub enum WaitReason {
         shard: u32,
         heir: String,
     },
-    /// The fleet rollout the cluster belongs to does not let it move on yet (a cap, a wave, a
-    /// pause or a halt): see [`crate::rollout`]. Not a planner's answer: the controller's gate
+    /// The fleet rollout the cluster belongs to does not let it move on yet (a cap, a wave, a pause
+    /// or a halt): see [`crate::fleet::rollout`]. Not a planner's answer: the controller's gate
     /// puts it in place of a roll step.
-    Rollout(crate::rollout::WaitFor),
+    Rollout(crate::fleet::rollout::WaitFor),
 }
 
 impl WaitReason {

@@ -4,6 +4,7 @@
 
 pub mod limits;
 pub mod metrics_access;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -17,16 +18,16 @@ use axum::routing::get;
 use axum_server::Handle;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use hyper_util::rt::TokioTimer;
-use limits::{ConnectionCap, Gate, ServerLimits};
-use metrics_access::{MetricsAccess, Verdict};
 
 use crate::admission::Policy;
 use crate::admission::http::{self as admission_http, AdmissionState};
-use crate::caches::Readiness;
+use crate::cli::supervise::Health;
 use crate::fleet::Fleet;
+use crate::fleet::caches::Readiness;
 use crate::metrics::Metrics;
-use crate::supervise::Health;
-use crate::tls::{self, CertificatePaths};
+use limits::{ConnectionCap, Gate, ServerLimits};
+use metrics_access::{MetricsAccess, Verdict};
+use tls::CertificatePaths;
 
 /// What the listener's routes share; the admission routes get their part as an
 /// [`AdmissionState`].
@@ -41,7 +42,7 @@ pub struct AppState {
     /// Who may read `/metrics` (see [`metrics_access`]).
     pub metrics_access: MetricsAccess,
     /// Admission callers must present a client certificate signed by the configured CA (the
-    /// API server's; see [`crate::tls`]): any other caller of a webhook gets `403`.
+    /// API server's; see [`crate::server::tls`]): any other caller of a webhook gets `403`.
     pub certified_callers: bool,
 }
 

@@ -6,6 +6,7 @@ pub mod address;
 mod identity;
 pub mod migration;
 pub mod parse;
+pub mod setting_impact;
 pub mod tls;
 
 use std::time::Duration;
@@ -21,6 +22,7 @@ pub use parse::{
     SlotDirection, SlotMigration,
 };
 
+use crate::credentials::Credentials;
 use crate::roll::{Role, SlotRange};
 
 /// How often waiting operations re-check the node.
@@ -203,22 +205,6 @@ fn is_read(command: &str) -> bool {
             )
             | (Some("ACL"), Some("USERS"))
     )
-}
-
-/// A Valkey user and its password, sent with `AUTH` (`HELLO`) when connecting. Never printed.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
-    pub username: String,
-    pub password: String,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("username", &self.username)
-            .field("password", &"<redacted>")
-            .finish()
-    }
 }
 
 /// The handshake settings: the user to authenticate as, if any.

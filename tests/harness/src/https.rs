@@ -12,13 +12,13 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use valkey_operator::admission::Policy;
 use valkey_operator::api::{ValkeyConfigSpec, ValkeyImageSpec};
-use valkey_operator::caches::Readiness;
+use valkey_operator::fleet::caches::Readiness;
 use valkey_operator::fleet::{ClusterKey, Fleet};
 use valkey_operator::metrics::Metrics;
 use valkey_operator::server::limits::ServerLimits;
 use valkey_operator::server::metrics_access::MetricsAccess;
+use valkey_operator::server::tls::{self, CertificatePaths};
 use valkey_operator::server::{self, AppState, ListenOptions};
-use valkey_operator::tls::{self, CertificatePaths};
 
 use crate::{GROUP, operator_binary};
 

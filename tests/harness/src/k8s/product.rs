@@ -22,8 +22,10 @@ use crate::valkey::{
     primary_changes,
 };
 use crate::{eventually, metric};
-use valkey_operator::credentials::{OPERATOR_USER, secret_name};
-use valkey_operator::valkey::{Credentials, NodeClient};
+use valkey_operator::acl::OPERATOR_USER;
+use valkey_operator::credentials::Credentials;
+use valkey_operator::credentials::secret_name;
+use valkey_operator::valkey::NodeClient;
 
 /// The image every test fleet starts on, and the one the guide upgrades to.
 pub const IMAGES: &str = r#"

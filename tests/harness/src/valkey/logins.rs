@@ -11,7 +11,8 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
-use valkey_operator::valkey::{Credentials, NodeClient};
+use valkey_operator::credentials::Credentials;
+use valkey_operator::valkey::NodeClient;
 
 /// The tenant user the harness's writer logs in as, and its ValkeyRole.
 pub const WRITER_USER: &str = "harness-writer";

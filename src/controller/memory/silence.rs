@@ -1,0 +1,216 @@
+//! How long each node has gone without answering, by the operator's own clock, and so which
+//! nodes are hung ([`crate::roll::ObservedNode::hung`]): silent for longer than
+//! [`silence_bound`] while their Pod runs.
+//!
+//! Why the operator's own timer rather than a liveness probe with its login: a probe would put
+//! a password in the Pod (an exec probe runs inside it) and depends on what the image holds,
+//! and the kubelet would restart a paused server in place, which the operator never does (a
+//! restarted primary comes back empty). The timer works for every shard count and image, and
+//! what it decides goes through the planner like every other step: a hung primary's shard is
+//! taken over by its most caught-up replica, and the hung node is then replaced and retired.
+//! A restart of the operator starts every count again, which only delays a takeover.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::controller::memory::{KeptPerCluster, PerCluster};
+use crate::execute::Member;
+use crate::fleet::ClusterKey;
+use crate::roll::ObservedNode;
+
+/// Since when each node of each cluster has not answered.
+#[derive(Debug, Default)]
+pub struct Silence(PerCluster<HashMap<String, Instant>>);
+
+/// How long a node may stay silent before it is treated as dead: twice Valkey's
+/// `cluster-node-timeout` (so that where Valkey can fail a primary over itself, it does so
+/// first), and never less than 20 s (a slow moment, a long fork, is not a death).
+pub fn silence_bound(node_timeout: Duration) -> Duration {
+    (node_timeout * 2).max(Duration::from_secs(20))
+}
+
+impl Silence {
+    /// Marks `observed` nodes hung that have been silent for longer than `bound`: a node that
+    /// answered once (its id is recorded) and does not answer now while its server may still
+    /// run. A node that answers, has stopped for good, or never answered is not counted.
+    pub fn judge(
+        &self,
+        cluster: &ClusterKey,
+        members: &[Member],
+        observed: &mut [ObservedNode],
+        bound: Duration,
+    ) {
+        self.judge_at(cluster, members, observed, bound, Instant::now());
+    }
+
+    pub fn judge_at(
+        &self,
+        cluster: &ClusterKey,
+        members: &[Member],
+        observed: &mut [ObservedNode],
+        bound: Duration,
+        now: Instant,
+    ) {
+        let mut all = self.0.lock();
+        let since = all.entry(cluster.clone()).or_default();
+        since.retain(|name, _| observed.iter().any(|o| &o.name == name));
+        for node in observed.iter_mut() {
+            let answered_once = members
+                .iter()
+                .any(|m| m.name == node.name && m.id.is_some());
+            // A node that refuses the login, or answers what cannot be read, is not silent.
+            let answers = node.locked_out || node.unreadable;
+            if node.reachable || node.terminated || answers || !answered_once {
+                since.remove(&node.name);
+                continue;
+            }
+            let first = *since.entry(node.name.clone()).or_insert(now);
+            node.hung = now.saturating_duration_since(first) >= bound;
+        }
+        if since.is_empty() {
+            all.remove(cluster);
+        }
+    }
+}
+
+impl KeptPerCluster for Silence {
+    type Entry = HashMap<String, Instant>;
+
+    fn entries(&self) -> &PerCluster<Self::Entry> {
+        &self.0
+    }
+
+    #[cfg(test)]
+    fn sample_entry() -> Self::Entry {
+        HashMap::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::memory::ClusterMemory;
+    use crate::roll::{Lifecycle, Role};
+
+    fn member(name: &str, id: Option<&str>) -> Member {
+        Member {
+            name: name.into(),
+            shard: 0,
+            revision: "r".into(),
+            lifecycle: Lifecycle::Active,
+            join_overdue: false,
+            address: None,
+            id: id.map(String::from),
+            closed: true,
+            replica_of: None,
+            handover_requested: false,
+            terminated: false,
+            leaving: false,
+        }
+    }
+
+    fn seen(name: &str, reachable: bool) -> ObservedNode {
+        ObservedNode {
+            name: name.into(),
+            shard: 0,
+            revision: "r".into(),
+            lifecycle: Lifecycle::Active,
+            join_overdue: false,
+            reachable,
+            role: Role::Primary,
+            sync: None,
+            slots: Vec::new(),
+            cluster_ok: true,
+            migrating: false,
+            unfinished_moves: Vec::new(),
+            stranger: false,
+            locked_out: false,
+            unreadable: false,
+            handover_requested: false,
+            terminated: false,
+            hung: false,
+            leaving: false,
+        }
+    }
+
+    #[test]
+    fn a_node_that_answered_once_is_hung_after_the_bound_of_silence_and_not_before() {
+        let silence = Silence::default();
+        let cluster = ClusterKey::new("shop", "orders");
+        let members = [member("a", Some("id-a")), member("new", None)];
+        let bound = Duration::from_secs(20);
+        let start = Instant::now();
+        let judge = |reachable: bool, at: Duration| {
+            let mut observed = [seen("a", reachable), seen("new", false)];
+            silence.judge_at(&cluster, &members, &mut observed, bound, start + at);
+            (observed[0].hung, observed[1].hung)
+        };
+        assert_eq!(judge(false, Duration::ZERO), (false, false));
+        assert_eq!(judge(false, Duration::from_secs(19)), (false, false));
+        assert_eq!(
+            judge(false, Duration::from_secs(20)),
+            (true, false),
+            "never answered: never hung (an image that never starts stalls instead)"
+        );
+        // It answers: the count starts again from its next silence.
+        assert_eq!(judge(true, Duration::from_secs(21)), (false, false));
+        assert_eq!(judge(false, Duration::from_secs(22)), (false, false));
+        assert_eq!(judge(false, Duration::from_secs(41)), (false, false));
+        assert_eq!(judge(false, Duration::from_secs(42)), (true, false));
+    }
+
+    #[test]
+    fn a_stopped_node_is_not_counted_and_a_forgotten_cluster_starts_again() {
+        let silence = Silence::default();
+        let cluster = ClusterKey::new("shop", "orders");
+        let members = [member("a", Some("id-a"))];
+        let bound = Duration::from_secs(20);
+        let start = Instant::now();
+        let mut stopped = [ObservedNode {
+            terminated: true,
+            ..seen("a", false)
+        }];
+        silence.judge_at(&cluster, &members, &mut stopped, bound, start);
+        assert!(silence.0.lock().is_empty(), "nothing kept for it");
+        let mut silent = [seen("a", false)];
+        silence.judge_at(&cluster, &members, &mut silent, bound, start);
+        silence.forget(&cluster);
+        silence.judge_at(&cluster, &members, &mut silent, bound, start + bound);
+        assert!(!silent[0].hung, "counted again from the start");
+    }
+
+    #[test]
+    fn a_node_that_answers_what_cannot_be_used_is_never_hung() {
+        let silence = Silence::default();
+        let cluster = ClusterKey::new("shop", "orders");
+        let members = [member("a", Some("id-a")), member("b", Some("id-b"))];
+        let bound = Duration::from_secs(20);
+        let start = Instant::now();
+        let mut observed = [
+            ObservedNode {
+                locked_out: true,
+                ..seen("a", false)
+            },
+            ObservedNode {
+                unreadable: true,
+                ..seen("b", false)
+            },
+        ];
+        for at in [Duration::ZERO, bound, bound * 3] {
+            silence.judge_at(&cluster, &members, &mut observed, bound, start + at);
+        }
+        assert!(!observed[0].hung && !observed[1].hung, "{observed:?}");
+    }
+
+    #[test]
+    fn the_bound_lets_valkey_fail_over_first() {
+        assert_eq!(
+            silence_bound(Duration::from_secs(15)),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            silence_bound(Duration::from_secs(3)),
+            Duration::from_secs(20)
+        );
+    }
+}

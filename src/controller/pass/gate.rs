@@ -1,0 +1,197 @@
+//! The gate a cluster's roll step passes first: the step itself, or a wait when the fleet
+//! rollout it belongs to does not let it advance yet ([`crate::fleet::rollout`] holds the rules,
+//! [`crate::controller::memory::rollouts`] the standings).
+
+use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+use kube::ResourceExt;
+
+use crate::api::ValkeyCluster;
+use crate::api::annotations::ROLLOUT_WAVE;
+use crate::controller::memory::rollouts::Rollouts;
+use crate::fleet::resolve::{self, Catalog, EffectiveConfig};
+use crate::fleet::rollout::{Asking, Policy, Progress, Standing, Verdict, WaitFor, Wave, wave_of};
+use crate::fleet::{ClusterKey, Fleet};
+use crate::roll::{DesiredShape, Lifecycle, ObservedNode, Role, StallReason, Step, WaitReason};
+use crate::valkey::setting_impact::needs_restart;
+
+/// The step to perform after the gate: `step` itself, or a wait when it would advance a roll the
+/// rollout does not allow yet. Records the cluster's standing either way.
+pub fn gated(
+    rollouts: &Rollouts,
+    fleet: &Fleet,
+    cluster: &ValkeyCluster,
+    effective: &EffectiveConfig,
+    observed: &[ObservedNode],
+    desired: &DesiredShape,
+    step: Step,
+) -> Step {
+    let key = ClusterKey::of(cluster);
+    let (group, policy, mut standing) = standing_of(fleet, cluster, &key, effective);
+    let outdated = observed.iter().any(|o| !o.is_up_to_date(desired));
+    let started = started(observed, desired);
+    let held = advances_a_roll(&step, observed, desired);
+    // Nodes that refuse the operator's login (its Secret or its users changed by hand): the
+    // cluster is stuck for a cause of its own. It is healed, but its roll waits: it holds no
+    // place under a cap, so it must not move one on.
+    let locked_out = observed.iter().any(|o| o.locked_out);
+    if locked_out && outdated && held {
+        standing.progress = Progress::Stuck;
+        rollouts.record(&key, standing);
+        return Step::Wait {
+            reason: WaitReason::Rollout(WaitFor::LoginRefused),
+        };
+    }
+    if matches!(step, Step::Stalled { .. }) || !outdated || !held {
+        standing.progress = match (&step, outdated) {
+            (_, true) if locked_out => Progress::Stuck,
+            // Only a stall of the change itself halts the rollout; one for a cause of the
+            // cluster's own (a dead primary, say) holds nobody up.
+            (Step::Stalled { reason }, true) if stall_of_the_change(reason, observed, desired) => {
+                Progress::Stalled
+            }
+            (Step::Stalled { .. }, true) => Progress::Stuck,
+            (_, false) => Progress::UpToDate,
+            _ if started => Progress::Rolling,
+            _ => Progress::Queued,
+        };
+        rollouts.record(&key, standing);
+        return step;
+    }
+    let members = group
+        .map(|name| fleet.clusters_resolving_through(&name))
+        .unwrap_or_default();
+    let asking = Asking {
+        members: &members,
+        learning: rollouts.learning(),
+        key: &key,
+        standing: &standing,
+        policy,
+        paused: effective.chain.0.iter().any(|name| fleet.is_paused(name)),
+        started,
+        mid_shard: mid_shard(observed, desired),
+    };
+    match rollouts.admit(&asking) {
+        Verdict::Go => step,
+        Verdict::Wait(why) => Step::Wait {
+            reason: WaitReason::Rollout(why),
+        },
+    }
+}
+
+/// The cluster's rollout group (the nearest config of its chain with a rollout), that rollout's
+/// policy, and the cluster's standing in it before the gate (up to date until it says more).
+fn standing_of(
+    fleet: &Fleet,
+    cluster: &ValkeyCluster,
+    key: &ClusterKey,
+    effective: &EffectiveConfig,
+) -> (Option<String>, Option<Policy>, Standing) {
+    let chain = &effective.chain.0;
+    let group = chain
+        .iter()
+        .find(|name| fleet.config(name).is_some_and(|c| c.rollout.is_some()));
+    let group_policy = group
+        .and_then(|name| fleet.config(name))
+        .and_then(|config| config.rollout.as_ref());
+    let policy = group_policy.map(|rollout| Policy {
+        max_concurrent: rollout.max_concurrent,
+    });
+    let annotation = cluster.annotations().get(ROLLOUT_WAVE).map(String::as_str);
+    // The group's own resolution, so every member of a change compares alike whatever its
+    // child config adds; without a group, the cluster's own.
+    let group_effective = group.and_then(|name| resolve::resolve(name, fleet).ok());
+    let standing = Standing {
+        group: group.cloned(),
+        chain: chain.to_vec(),
+        image: effective.image.name.clone(),
+        wave: match group_policy {
+            Some(policy) => wave_of(key, policy, annotation),
+            None => Wave::Last,
+        },
+        target: rollout_target(group_effective.as_ref().unwrap_or(effective)),
+        progress: Progress::UpToDate,
+    };
+    (group.cloned(), policy, standing)
+}
+
+/// Whether a stall is the change's own doing: a node on the new revision that never became a
+/// ready member (whatever held it up: it never answered, never synced, never caught up), new
+/// nodes that keep dying while they join, or a failover onto one that never took effect. A
+/// stall over the cluster's own state (a dead primary, silent copies, two primaries, a node
+/// that refuses the login or a stranger at its address) is not.
+fn stall_of_the_change(
+    reason: &StallReason,
+    observed: &[ObservedNode],
+    desired: &DesiredShape,
+) -> bool {
+    match reason {
+        StallReason::FailoverIncomplete { .. }
+        | StallReason::AlreadyFailedOver { .. }
+        | StallReason::JoinsLost { .. } => true,
+        StallReason::JoinOverdue { node, .. } => observed
+            .iter()
+            .any(|o| o.name == *node && o.is_up_to_date(desired) && !o.locked_out && !o.stranger),
+        _ => false,
+    }
+}
+
+/// The config's share of a cluster's revision (see [`Standing::target`]), as a short digest.
+fn rollout_target(effective: &EffectiveConfig) -> String {
+    let mut hasher = DefaultHasher::new();
+    effective.image.spec.reference().hash(&mut hasher);
+    effective.image.spec.version.hash(&mut hasher);
+    let resources = &effective.resources;
+    resources.cpu.as_ref().map(|q| &q.0).hash(&mut hasher);
+    resources.memory.as_ref().map(|q| &q.0).hash(&mut hasher);
+    for (name, value) in &effective.valkey {
+        if needs_restart(name) {
+            (name, value).hash(&mut hasher);
+        }
+    }
+    format!("{:016x}", hasher.finish())
+}
+
+/// The steps that move a cluster onto its new revision for the roll's sake: a rollout may hold
+/// them back. Healing never waits: a new primary for a shard without one, a replica for a
+/// shard below its target, retiring a node that is gone, and the handover or takeover of a
+/// leaving or dead primary.
+fn advances_a_roll(step: &Step, observed: &[ObservedNode], desired: &DesiredShape) -> bool {
+    match step {
+        Step::Failover { .. } => true,
+        Step::JoinReplica { shard, .. } => {
+            let replicas = observed
+                .iter()
+                .filter(|o| o.shard == *shard && o.reachable && o.role == Role::Replica)
+                .filter(|o| o.lifecycle == Lifecycle::Active && !o.leaving && !o.terminated)
+                .count();
+            u32::try_from(replicas).unwrap_or(u32::MAX) >= desired.replicas_per_shard
+        }
+        Step::RetireNode { node, .. } => observed
+            .iter()
+            .any(|o| o.name == *node && o.reachable && !o.terminated),
+        _ => false,
+    }
+}
+
+/// Some node already runs the desired revision.
+fn started(observed: &[ObservedNode], desired: &DesiredShape) -> bool {
+    observed.iter().any(|o| o.revision == desired.revision)
+}
+
+/// Some shard has nodes on the desired revision and nodes on another: it is between its
+/// replace and its retire.
+fn mid_shard(observed: &[ObservedNode], desired: &DesiredShape) -> bool {
+    let mut shards: HashMap<u32, (bool, bool)> = HashMap::new();
+    for node in observed {
+        let entry = shards.entry(node.shard).or_default();
+        if node.revision == desired.revision {
+            entry.0 = true;
+        } else {
+            entry.1 = true;
+        }
+    }
+    shards.values().any(|(new, old)| *new && *old)
+}

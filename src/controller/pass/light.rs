@@ -1,0 +1,32 @@
+//! The light pass: a settled cluster whose view is fresh is checked against that view only, with
+//! no reads of its objects or nodes (see [`crate::controller::memory::settled`]).
+
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+
+use crate::api::ValkeyCluster;
+use crate::controller::context::Context;
+use crate::controller::memory::settled::fingerprint;
+use crate::controller::pass::update_status::requeue_after;
+use crate::controller::status::progress;
+use crate::execute::observe::observe;
+use crate::fleet::ClusterKey;
+use crate::roll::Step;
+
+/// A settled cluster's periodic pass: what its Valkey nodes say, and nothing else while they
+/// say the same (the node gauges are refreshed from it). `None`: a full pass is needed.
+pub async fn light_pass(ctx: &Context, cluster: &ValkeyCluster) -> Option<Action> {
+    let key = ClusterKey::of(cluster);
+    let view = ctx.memory.settled.view(&key)?;
+    let observed = observe(&view.members, &view.reach).await;
+    if fingerprint(&observed) != view.fingerprint {
+        ctx.memory.settled.unsettle(&key);
+        return None;
+    }
+    let converged = Step::Converged;
+    let progress = progress(&view.desired, &observed, &converged);
+    ctx.metrics
+        .roll_progress(&key.namespace, &key.name, &progress);
+    Some(requeue_after(&converged, Duration::ZERO))
+}

@@ -1,0 +1,176 @@
+//! Step 4 of a pass, plan: the roll's memory as stored (with the joiners lost lately, and a
+//! person's `retry-failovers` honoured), the pure planner's one next step, held back by the
+//! fleet rollout's gate where its group says so, and the ACL users the nodes get.
+
+use std::collections::BTreeMap;
+use std::sync::RwLock;
+
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::acl::AclError;
+use crate::acl::{self};
+use crate::api::ValkeyCluster;
+use crate::api::annotations::RETRY_FAILOVERS;
+use crate::controller::error::Error;
+use crate::controller::events::{ClusterEvent, publish};
+use crate::controller::host::KubeHost;
+use crate::controller::pass::gate;
+use crate::controller::pass::read::Seen;
+use crate::controller::pass::secrets::PasswordHashes;
+use crate::controller::pass::{Halt, Pass};
+use crate::controller::render::ClusterRender;
+use crate::controller::status::progress;
+use crate::controller::view::memory_of;
+use crate::credentials::SystemUsers;
+use crate::execute::NodeHost;
+use crate::execute::acl::DesiredAcl;
+use crate::fleet::Fleet;
+use crate::roll::{DesiredShape, ObservedNode, RollMemory, Step};
+
+/// What the pass decided, and from what: the nodes as observed, the shape wanted, the roll's
+/// memory, the step, the users.
+pub struct Planned {
+    pub observed: Vec<ObservedNode>,
+    pub desired: DesiredShape,
+    pub memory: RollMemory,
+    pub step: Step,
+    pub users: DesiredAcl,
+    /// Users of the spec that could not be made into ACL rules, with why.
+    pub unbuilt: Vec<AclError>,
+}
+
+/// Plans the pass's one step.
+pub async fn plan(
+    pass: &Pass<'_>,
+    render: &ClusterRender<'_>,
+    host: &mut KubeHost<'_>,
+    observed: Vec<ObservedNode>,
+    seen: &Seen,
+) -> Result<Planned, Halt> {
+    let (ctx, cluster) = (pass.ctx, pass.cluster);
+    let desired = desired_shape(cluster, render);
+    let mut memory = memory_of(&pass.stored.status);
+    let lost_joins = &ctx.memory.lost_joins;
+    memory.lost_joins = lost_joins.count(&pass.key, &desired, &observed);
+    allow_more_failovers(pass, host, &mut memory).await?;
+    let step = {
+        let planned = crate::roll::plan(&desired, &observed, &memory);
+        let fleet = ctx.fleet.read().unwrap_or_else(|p| p.into_inner());
+        let rollouts = &ctx.memory.rollouts;
+        let effective = render.effective;
+        gate::gated(
+            rollouts, &fleet, cluster, effective, &observed, &desired, planned,
+        )
+    };
+    for queued in ctx.memory.rollouts.take_wakes() {
+        // No receiver only while the controller is not running: nothing to wake then.
+        let _ = ctx.wake.send(queued);
+    }
+    let progress = progress(&desired, &observed, &step);
+    ctx.metrics
+        .roll_progress(&pass.namespace, &pass.key.name, &progress);
+    tracing::info!(cluster = %pass.key.name, namespace = %pass.namespace, %step, "planned");
+    let system = seen.login.credentials.system_users();
+    let (users, unbuilt) = desired_acl(&ctx.fleet, cluster, &seen.passwords, system);
+    Ok(Planned {
+        observed,
+        desired,
+        memory,
+        step,
+        users,
+        unbuilt,
+    })
+}
+
+fn desired_shape(cluster: &ValkeyCluster, render: &ClusterRender<'_>) -> DesiredShape {
+    DesiredShape {
+        shards: u32::try_from(cluster.spec.shards).unwrap_or(1),
+        replicas_per_shard: u32::try_from(cluster.spec.replicas_per_shard).unwrap_or(0),
+        revision: render.revision(),
+    }
+}
+
+/// Acts once on a person's [`RETRY_FAILOVERS`] annotation naming this roll's revision: every
+/// shard that spent its failover attempts gets them again (saved first, under the roll memory's
+/// precondition), then the annotation is removed, so it never acts twice.
+async fn allow_more_failovers(
+    pass: &Pass<'_>,
+    host: &mut KubeHost<'_>,
+    memory: &mut RollMemory,
+) -> Result<(), Error> {
+    let (ctx, cluster) = (pass.ctx, pass.cluster);
+    let Some(asked) = cluster.annotations().get(RETRY_FAILOVERS) else {
+        return Ok(());
+    };
+    if asked == &memory.revision {
+        let shards = memory.allow_more_attempts();
+        host.save_memory(memory).await?;
+        let event = ClusterEvent::FailoversAllowed { shards };
+        publish(&ctx.recorder, cluster, &event).await;
+    }
+    // Removed also when it names another roll: it could never act, and must not later.
+    let api: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &pass.namespace);
+    let patch = json!({"metadata": {"annotations": {RETRY_FAILOVERS: null}}});
+    let params = PatchParams::default();
+    let written = api
+        .patch(&pass.key.name, &params, &Patch::Merge(&patch))
+        .await?;
+    host.cluster_written(written.metadata.resource_version.clone());
+    ctx.memory.cluster_cache.wrote(&pass.key, written);
+    Ok(())
+}
+
+/// The cluster's users as `ACL SETUSER` rules, with the operator's own (`system`), and why each
+/// user that could not be built was not (that user is left as it is on the nodes).
+pub fn desired_acl(
+    fleet: &RwLock<Fleet>,
+    cluster: &ValkeyCluster,
+    passwords: &PasswordHashes,
+    system: SystemUsers,
+) -> (DesiredAcl, Vec<AclError>) {
+    let fleet = fleet.read().unwrap_or_else(|p| p.into_inner());
+    let mut desired = DesiredAcl::none();
+    desired.system = Some(system);
+    let mut problems = Vec::new();
+    let too_large = too_large(&cluster.spec.acl, &fleet);
+    for (index, user) in cluster.spec.acl.iter().enumerate() {
+        desired.keep.insert(user.username.clone());
+        if let Some(problem) = too_large.get(&index) {
+            problems.push(AclError::TooLarge {
+                user: user.username.clone(),
+                problem: problem.clone(),
+            });
+            continue;
+        }
+        match acl::user_rules(user, |role| fleet.role(role), |s| passwords.get(s)) {
+            Ok(rules) => desired.users.push((user.username.clone(), rules)),
+            Err(problem) => problems.push(problem),
+        }
+    }
+    (desired, problems)
+}
+
+/// The users (by index) whose rules are not written for being past the bounds of
+/// [`acl::Cost`] (left as they are on the nodes): each user over its own bound, and when all
+/// together would write too much on each node, every one of them.
+fn too_large(users: &[crate::api::AclUser], fleet: &Fleet) -> BTreeMap<usize, String> {
+    let costs: Vec<acl::UserCost> = users.iter().map(acl::UserCost::of).collect();
+    let mut refused = BTreeMap::new();
+    for (index, problem) in acl::cost_problems(&costs, |role| fleet.role_cost(role)) {
+        match index {
+            Some(index) => {
+                refused.insert(index, problem);
+            }
+            None => {
+                for index in 0..users.len() {
+                    refused
+                        .entry(index)
+                        .or_insert_with(|| format!("spec.acl {problem}"));
+                }
+            }
+        }
+    }
+    refused
+}
