@@ -19,7 +19,8 @@ FAST_TESTS := $(filter-out e2e_% cluster_%,$(basename $(notdir $(wildcard tests/
 test-unit: valkey-bins
 	cargo test --workspace --lib --bins $(addprefix --test ,$(FAST_TESTS))
 
-## lint: formatting, clippy, and the docs (every intra-doc link resolves, private items included).
+## lint: formatting, clippy, the docs (every intra-doc link resolves, private items included) and
+## the dependencies' licenses, sources and duplicates (cargo deny, deny.toml).
 ## The product may not unwrap, expect or panic (Cargo.toml's [workspace.lints]); tests and
 ## benchmarks report failures that way, so their targets are linted with those three allowed:
 ## the one place this is said.
@@ -29,6 +30,7 @@ lint:
 	cargo clippy --workspace --lib --bins -- -D warnings
 	cargo clippy --workspace --tests --benches -- -D warnings $(TEST_LINT_OPT_OUT)
 	RUSTDOCFLAGS="-D warnings -A rustdoc::private-intra-doc-links" cargo doc --workspace --no-deps --document-private-items --quiet
+	$$(hack/build-cargo-deny.sh) check --hide-inclusion-graph licenses bans sources
 
 ## crds: regenerate the chart's CRD YAML from the binary.
 crds:
