@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use valkey_operator::api::{annotations, field_managers, finalizers, labels, secret_keys};
-use valkey_operator::controller::events::{ClusterEvent, RolloutChange, RolloutEvent};
+use valkey_operator::controller::events::{ClusterEvent, RolloutChange, RolloutEvent, Said};
 use valkey_operator::controller::status::{ConditionType, Reason};
 
 /// The API group's prefix, on every label, annotation and finalizer of the operator's own.

@@ -12,8 +12,7 @@ use kube::{Api, Client, Resource};
 use serde_json::json;
 
 use crate::api::{FleetStatus, ValkeyConfig, ValkeyImage};
-use crate::controller::events::EventRecorder;
-use crate::controller::events::{RolloutChange, RolloutEvent};
+use crate::controller::events::{EventRecorder, RolloutChange, RolloutEvent};
 use crate::controller::memory::rollouts::Rollouts;
 use crate::controller::status;
 use crate::controller::status::{ConditionType, Reason, set_condition};
@@ -188,6 +187,7 @@ fn config_reference(name: &str) -> ObjectReference {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::events::Said;
 
     #[test]
     fn a_config_says_when_its_rollout_starts_halts_and_completes() {

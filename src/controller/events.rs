@@ -85,8 +85,54 @@ pub enum ClusterEvent {
 }
 
 impl ClusterEvent {
+    /// The ValkeyNode the event concerns, if one.
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            ClusterEvent::NodeJoining { node, .. }
+            | ClusterEvent::NodeActive { node, .. }
+            | ClusterEvent::NodeRetired { node, .. } => Some(node),
+            ClusterEvent::Failover { to, .. }
+            | ClusterEvent::HandOver { to, .. }
+            | ClusterEvent::TakeOver { to, .. }
+            | ClusterEvent::SlotMigration { to, .. } => Some(to),
+            _ => None,
+        }
+    }
+}
+
+/// A config's fleet rollout moved to another phase (its `status.rollout`); `counts` says where
+/// its clusters stand.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RolloutEvent {
+    pub change: RolloutChange,
+    pub counts: String,
+}
+
+/// The phase changes of a config's rollout that are told as events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RolloutChange {
+    /// From `Complete` to `Rolling`.
+    Started,
+    /// A cluster stalled on the change: no other starts until it is fixed.
+    Halted,
+    Paused,
+    /// Back to `Rolling` from `Halted` or `Paused`.
+    Resumed,
+    Completed,
+}
+
+/// What an event says, whatever it is recorded on.
+pub trait Said {
+    /// The reason, as `kubectl get events` shows it.
+    fn reason(&self) -> &'static str;
+    fn note(&self) -> String;
+    fn action(&self) -> &'static str;
+    fn is_warning(&self) -> bool;
+}
+
+impl Said for ClusterEvent {
     /// The event's reason, as `kubectl get events` shows it.
-    pub fn reason(&self) -> &'static str {
+    fn reason(&self) -> &'static str {
         match self {
             ClusterEvent::NodeJoining { .. } => "NodeJoining",
             ClusterEvent::NodeActive { .. } => "NodeActive",
@@ -106,7 +152,7 @@ impl ClusterEvent {
         }
     }
 
-    pub fn action(&self) -> &'static str {
+    fn action(&self) -> &'static str {
         match self {
             ClusterEvent::NodeJoining { .. } => "Join",
             ClusterEvent::NodeActive { .. } => "Activate",
@@ -126,7 +172,7 @@ impl ClusterEvent {
         }
     }
 
-    pub fn is_warning(&self) -> bool {
+    fn is_warning(&self) -> bool {
         matches!(
             self,
             ClusterEvent::RollStalled { .. }
@@ -138,21 +184,7 @@ impl ClusterEvent {
         )
     }
 
-    /// The ValkeyNode the event concerns, if one.
-    pub fn node(&self) -> Option<&str> {
-        match self {
-            ClusterEvent::NodeJoining { node, .. }
-            | ClusterEvent::NodeActive { node, .. }
-            | ClusterEvent::NodeRetired { node, .. } => Some(node),
-            ClusterEvent::Failover { to, .. }
-            | ClusterEvent::HandOver { to, .. }
-            | ClusterEvent::TakeOver { to, .. }
-            | ClusterEvent::SlotMigration { to, .. } => Some(to),
-            _ => None,
-        }
-    }
-
-    pub fn note(&self) -> String {
+    fn note(&self) -> String {
         match self {
             ClusterEvent::NodeJoining { node, what } => format!("{what}: created {node}"),
             ClusterEvent::NodeActive { node, shard } => {
@@ -181,29 +213,8 @@ impl ClusterEvent {
     }
 }
 
-/// A config's fleet rollout moved to another phase (its `status.rollout`); `counts` says where
-/// its clusters stand.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RolloutEvent {
-    pub change: RolloutChange,
-    pub counts: String,
-}
-
-/// The phase changes of a config's rollout that are told as events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RolloutChange {
-    /// From `Complete` to `Rolling`.
-    Started,
-    /// A cluster stalled on the change: no other starts until it is fixed.
-    Halted,
-    Paused,
-    /// Back to `Rolling` from `Halted` or `Paused`.
-    Resumed,
-    Completed,
-}
-
-impl RolloutEvent {
-    pub fn reason(&self) -> &'static str {
+impl Said for RolloutEvent {
+    fn reason(&self) -> &'static str {
         match self.change {
             RolloutChange::Started => "RolloutStarted",
             RolloutChange::Halted => "RolloutHalted",
@@ -212,36 +223,7 @@ impl RolloutEvent {
             RolloutChange::Completed => "RolloutCompleted",
         }
     }
-}
 
-/// What an event says, whatever it is recorded on.
-pub trait Said {
-    /// The reason, as `kubectl get events` shows it.
-    fn reason(&self) -> &'static str;
-    fn note(&self) -> String;
-    fn action(&self) -> &'static str;
-    fn is_warning(&self) -> bool;
-}
-
-impl Said for ClusterEvent {
-    fn reason(&self) -> &'static str {
-        ClusterEvent::reason(self)
-    }
-    fn note(&self) -> String {
-        ClusterEvent::note(self)
-    }
-    fn action(&self) -> &'static str {
-        ClusterEvent::action(self)
-    }
-    fn is_warning(&self) -> bool {
-        ClusterEvent::is_warning(self)
-    }
-}
-
-impl Said for RolloutEvent {
-    fn reason(&self) -> &'static str {
-        RolloutEvent::reason(self)
-    }
     fn note(&self) -> String {
         match self.change {
             RolloutChange::Halted => format!("a cluster stalled: {}", self.counts),

@@ -179,6 +179,7 @@ fn record_metrics(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controller::events::Said;
 
     #[test]
     fn long_steps_are_announced_and_node_steps_reported_with_their_node() {

@@ -29,7 +29,7 @@ pub fn gated(
     step: Step,
 ) -> Step {
     let key = ClusterKey::of(cluster);
-    let (group, policy, mut standing) = standing_of(fleet, cluster, &key, effective);
+    let (policy, mut standing) = standing_of(fleet, cluster, &key, effective);
     let outdated = observed.iter().any(|o| !o.is_up_to_date(desired));
     let started = started(observed, desired);
     let held = advances_a_roll(&step, observed, desired);
@@ -60,8 +60,10 @@ pub fn gated(
         rollouts.record(&key, standing);
         return step;
     }
-    let members = group
-        .map(|name| fleet.clusters_resolving_through(&name))
+    let members = standing
+        .group
+        .as_ref()
+        .map(|name| fleet.clusters_resolving_through(name))
         .unwrap_or_default();
     let asking = Asking {
         members: &members,
@@ -81,14 +83,14 @@ pub fn gated(
     }
 }
 
-/// The cluster's rollout group (the nearest config of its chain with a rollout), that rollout's
-/// policy, and the cluster's standing in it before the gate (up to date until it says more).
+/// The cluster's rollout policy, and its standing before the gate (up to date until it says
+/// more), whose `group` is the nearest config of its chain with a rollout.
 fn standing_of(
     fleet: &Fleet,
     cluster: &ValkeyCluster,
     key: &ClusterKey,
     effective: &EffectiveConfig,
-) -> (Option<String>, Option<Policy>, Standing) {
+) -> (Option<Policy>, Standing) {
     let chain = &effective.chain.0;
     let group = chain
         .iter()
@@ -114,7 +116,7 @@ fn standing_of(
         target: rollout_target(group_effective.as_ref().unwrap_or(effective)),
         progress: Progress::UpToDate,
     };
-    (group.cloned(), policy, standing)
+    (policy, standing)
 }
 
 /// Whether a stall is the change's own doing: a node on the new revision that never became a
