@@ -48,15 +48,24 @@ const PATTERN_FORBIDDEN: &[char] = &['"', '\'', '(', ')'];
 
 /// Why a key pattern cannot be an ACL rule, if it cannot.
 pub fn check_key_pattern(pattern: &str) -> Result<(), String> {
+    check_pattern(pattern, "a key pattern")
+}
+
+/// Why a Pub/Sub channel pattern cannot be an ACL rule, if it cannot.
+pub fn check_channel_pattern(pattern: &str) -> Result<(), String> {
+    check_pattern(pattern, "a channel pattern")
+}
+
+fn check_pattern(pattern: &str, what: &str) -> Result<(), String> {
     if pattern.is_empty() {
-        return Err("a key pattern cannot be empty".into());
+        return Err(format!("{what} cannot be empty"));
     }
     match pattern
         .chars()
         .find(|c| c.is_whitespace() || c.is_control() || PATTERN_FORBIDDEN.contains(c))
     {
         Some(found) => Err(format!(
-            "{pattern:?} holds {found:?}; a key pattern may not hold whitespace, quotes, parentheses or control characters (Valkey's ACL parser would read it as more than one rule)"
+            "{pattern:?} holds {found:?}; {what} may not hold whitespace, quotes, parentheses or control characters (Valkey's ACL parser would read it as more than one rule)"
         )),
         None => Ok(()),
     }
@@ -153,12 +162,13 @@ pub const ALWAYS_DENIED: [&str; 4] = ["-@admin", "-flushall", "-flushdb", "-swap
 /// A selector that reads `*` keeps them (`SCAN` is how tools walk a keyspace).
 pub const LIST_KEY_NAMES: [&str; 4] = ["-keys", "-scan", "-randomkey", "-cluster|getkeysinslot"];
 
-/// `(%R~pattern … +@category … -command … -@admin …)`: categories first, so a single command
-/// can be carved out of (or added to) a category, then [`ALWAYS_DENIED`] and, unless it reads
-/// every key, [`LIST_KEY_NAMES`].
+/// `(%R~pattern … &channel … +@category … -command … -@admin …)`: categories first, so a
+/// single command can be carved out of (or added to) a category, then [`ALWAYS_DENIED`] and,
+/// unless it reads every key, [`LIST_KEY_NAMES`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Selector {
     keys: Vec<(KeyAccess, String)>,
+    channels: Vec<String>,
     categories: Vec<(Access, String)>,
     commands: Vec<(Access, String)>,
 }
@@ -189,6 +199,7 @@ impl fmt::Display for Selector {
             };
             format!("{prefix}{pattern}")
         });
+        let channels = self.channels.iter().map(|pattern| format!("&{pattern}"));
         let categories = self
             .categories
             .iter()
@@ -208,6 +219,7 @@ impl fmt::Display for Selector {
         };
         let denied = ALWAYS_DENIED.iter().chain(listing).map(ToString::to_string);
         let parts: Vec<String> = keys
+            .chain(channels)
             .chain(categories)
             .chain(commands)
             .chain(denied)
@@ -290,19 +302,26 @@ fn selector(
         check_key_pattern(&key.pattern).map_err(|m| ("key pattern".to_string(), m))?;
         keys.push((key.access, key.pattern.clone()));
     }
+    let mut channels = Vec::new();
+    for channel in &permission.channels {
+        check_channel_pattern(&channel.0).map_err(|m| ("channel".to_string(), m))?;
+        channels.push(channel.0.clone());
+    }
     let named =
         |entries: &[crate::api::Permission], field: &str, check: fn(&str) -> Result<(), String>| {
             entries
                 .iter()
                 .map(|entry| {
-                    check(&entry.name)
-                        .map(|()| (entry.access, entry.name.to_ascii_lowercase()))
+                    let name = entry.acl_name();
+                    check(&name)
+                        .map(|()| (entry.access, name.to_ascii_lowercase()))
                         .map_err(|m| (format!("ValkeyRole {} {field}", permission.role_ref), m))
                 })
                 .collect::<Result<Vec<_>, _>>()
         };
     Ok(Selector {
         keys,
+        channels,
         categories: named(&role.categories, "category", check_category)?,
         commands: named(&role.commands, "command", check_command)?,
     })
@@ -381,7 +400,9 @@ impl UserCost {
                 .map(|p| {
                     // `(`, `)` and the access prefix of each pattern (`%R~` at most).
                     let keys: Cost = p.keys.iter().map(|k| token(k.pattern.len() + 3)).sum();
-                    keys + denied
+                    let channels: Cost = p.channels.iter().map(|c| token(c.0.len() + 1)).sum();
+                    keys + channels
+                        + denied
                         + Cost {
                             tokens: 0,
                             bytes: 2,
@@ -407,8 +428,11 @@ impl UserCost {
 
 /// What a role adds to each permission that names it: one token per category and command.
 pub fn role_cost(role: &ValkeyRoleSpec) -> Cost {
-    let categories = role.categories.iter().map(|c| token(c.name.len() + 2));
-    let commands = role.commands.iter().map(|c| token(c.name.len() + 1));
+    let categories = role
+        .categories
+        .iter()
+        .map(|c| token(c.acl_name().len() + 2));
+    let commands = role.commands.iter().map(|c| token(c.acl_name().len() + 1));
     categories.chain(commands).sum()
 }
 
@@ -446,7 +470,7 @@ pub fn cost_problems(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{KeyPermission, PasswordHash, Permission};
+    use crate::api::{ChannelPattern, KeyPermission, PasswordHash, Permission};
 
     fn no_secret(secret: &SecretKeyRef) -> Result<String, String> {
         Err(format!("Secret {} was not expected", secret.name))
@@ -456,10 +480,12 @@ mod tests {
         ValkeyRoleSpec {
             categories: vec![Permission {
                 name: "read".into(),
+                subcommand: None,
                 access: Access::Allow,
             }],
             commands: vec![Permission {
                 name: "KEYS".into(),
+                subcommand: None,
                 access: Access::Deny,
             }],
         }
@@ -472,6 +498,7 @@ mod tests {
             password_secret_ref: None,
             permissions: vec![AclPermission {
                 role_ref: role_ref.into(),
+                channels: vec![],
                 keys: patterns
                     .iter()
                     .zip([KeyAccess::Read, KeyAccess::Readwrite, KeyAccess::Write])
@@ -505,6 +532,26 @@ mod tests {
                 "(%R~orders:* ~cache:* +@read -keys -@admin -flushall -flushdb -swapdb -keys -scan -randomkey -cluster|getkeysinslot)".into(),
             ]
         );
+    }
+
+    #[test]
+    fn channels_and_subcommands_are_written_as_momentos_operator_spells_them() {
+        let mut role = reader();
+        role.commands[0] = Permission {
+            name: "config".into(),
+            subcommand: Some("get".into()),
+            access: Access::Allow,
+        };
+        let mut user = user_with_patterns("reader", &["orders:*"]);
+        user.permissions[0].channels = vec![ChannelPattern("news:*".into())];
+        let rules = arguments(&user_rules(&user, |_| Some(&role), no_secret).unwrap());
+        assert!(
+            rules[3].starts_with("(%R~orders:* &news:* +@read +config|get -@admin"),
+            "{rules:?}"
+        );
+        user.permissions[0].channels = vec![ChannelPattern("a b".into())];
+        let error = user_rules(&user, |_| Some(&role), no_secret).unwrap_err();
+        assert!(error.to_string().contains("channel"), "{error}");
     }
 
     #[test]
@@ -647,6 +694,7 @@ mod tests {
             commands: (0..256)
                 .map(|i| Permission {
                     name: format!("command{i:03}"),
+                    subcommand: None,
                     access: Access::Allow,
                 })
                 .collect(),

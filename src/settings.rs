@@ -32,6 +32,10 @@ pub enum SettingsError {
     #[error("ConfigMap {CONFIG_MAP}: defaultZoneSpread is {0:?}; use bestEffort or required")]
     ZoneSpread(String),
     #[error(
+        "environment variable {ZONE_SPREAD_VARIABLE} is {0:?}; use bestEffort or required (or unset it)"
+    )]
+    ZoneSpreadVariable(String),
+    #[error(
         "ConfigMap {CONFIG_MAP}: fleetRollAckThreshold is {0:?}; use a whole number of clusters (e.g. \"20\") or remove the key to only warn"
     )]
     Threshold(String),
@@ -57,11 +61,8 @@ impl OperatorSettings {
             let value = value.trim();
             match key.as_str() {
                 "defaultZoneSpread" => {
-                    settings.default_zone_spread = match value {
-                        "bestEffort" => ZoneSpread::BestEffort,
-                        "required" => ZoneSpread::Required,
-                        other => return Err(SettingsError::ZoneSpread(other.into())),
-                    }
+                    settings.default_zone_spread =
+                        zone_spread(value).ok_or_else(|| SettingsError::ZoneSpread(value.into()))?
                 }
                 "fleetRollAckThreshold" => {
                     settings.fleet_roll_ack_threshold = Some(
@@ -81,12 +82,39 @@ impl OperatorSettings {
         Ok(settings)
     }
 
+    /// [`Self::from_data`], then Momento's `DEFAULT_ZONE_SPREAD` environment variable (its
+    /// value given here) where the ConfigMap does not set `defaultZoneSpread`.
+    pub fn from_sources(
+        data: &BTreeMap<String, String>,
+        zone_spread_variable: Option<&str>,
+    ) -> Result<Self, SettingsError> {
+        let mut settings = Self::from_data(data)?;
+        if let Some(value) = zone_spread_variable
+            && !data.contains_key("defaultZoneSpread")
+        {
+            settings.default_zone_spread = zone_spread(value.trim())
+                .ok_or_else(|| SettingsError::ZoneSpreadVariable(value.into()))?;
+        }
+        Ok(settings)
+    }
+
     pub fn admission_policy(&self, node_writer: Option<String>) -> Policy {
         Policy {
             fleet_roll_ack_threshold: self.fleet_roll_ack_threshold,
             caps: self.caps,
             node_writer,
         }
+    }
+}
+
+/// The environment variable Momento's operator reads its default zone spread from.
+pub const ZONE_SPREAD_VARIABLE: &str = "DEFAULT_ZONE_SPREAD";
+
+fn zone_spread(value: &str) -> Option<ZoneSpread> {
+    match value {
+        "bestEffort" => Some(ZoneSpread::BestEffort),
+        "required" => Some(ZoneSpread::Required),
+        _ => None,
     }
 }
 
@@ -143,6 +171,18 @@ mod tests {
                 max_replicas_per_shard: 0
             }
         );
+    }
+
+    #[test]
+    fn momentos_zone_spread_variable_counts_where_the_config_map_is_silent() {
+        let empty = data(&[]);
+        let from_variable = OperatorSettings::from_sources(&empty, Some("required")).unwrap();
+        assert_eq!(from_variable.default_zone_spread, ZoneSpread::Required);
+        let both = data(&[("defaultZoneSpread", "bestEffort")]);
+        let config_map_wins = OperatorSettings::from_sources(&both, Some("required")).unwrap();
+        assert_eq!(config_map_wins.default_zone_spread, ZoneSpread::BestEffort);
+        let error = OperatorSettings::from_sources(&empty, Some("always")).unwrap_err();
+        assert!(error.to_string().contains("DEFAULT_ZONE_SPREAD"), "{error}");
     }
 
     #[test]

@@ -70,6 +70,7 @@ fn fleet() -> Fleet {
         ValkeyRoleSpec {
             categories: vec![Permission {
                 name: "read".into(),
+                subcommand: None,
                 access: Access::Allow,
             }],
             commands: vec![],
@@ -1067,8 +1068,18 @@ fn acl_user() -> impl Strategy<Value = AclUser> {
         ]),
     )
         .prop_map(|(pattern, access)| KeyPermission { pattern, access });
-    let permission = (name(), prop::collection::vec(key, 0..3))
-        .prop_map(|(role_ref, keys)| AclPermission { role_ref, keys });
+    let channel =
+        "[a-z:*?]{0,20}|.{120,130}|[a-z]{1,3} [+~(&@][a-z@*]{1,4}".prop_map(ChannelPattern);
+    let permission = (
+        name(),
+        prop::collection::vec(key, 0..3),
+        prop::collection::vec(channel, 0..2),
+    )
+        .prop_map(|(role_ref, keys, channels)| AclPermission {
+            role_ref,
+            keys,
+            channels,
+        });
     (
         prop_oneof![3 => "[a-z]{1,10}", 1 => Just("default".to_string()), 1 => odd_string()],
         prop::collection::vec("[0-9a-f]{64}|.{0,10}".prop_map(PasswordHash), 0..3),
@@ -1342,7 +1353,11 @@ fn role_permission() -> impl Strategy<Value = Permission> {
         odd_string(),
         prop::sample::select(vec![Access::Allow, Access::Deny]),
     )
-        .prop_map(|(name, access)| Permission { name, access })
+        .prop_map(|(name, access)| Permission {
+            name,
+            subcommand: None,
+            access,
+        })
 }
 
 fn role_spec_strategy() -> impl Strategy<Value = ValkeyRoleSpec> {

@@ -217,9 +217,12 @@ spec: {configRef: locked-config, shards: 1, replicasPerShard: 0, tls: {secretRef
         },
     )
     .await;
-    let message =
-        condition_field(&product.cluster(NAMESPACE, "secure"), "Degraded", "message").unwrap();
+    let waiting = product.cluster(NAMESPACE, "secure");
+    let message = condition_field(&waiting, "Degraded", "message").unwrap();
     assert!(message.contains("secure-tls does not exist"), "{message}");
+    // Momento's contract: `Invalid`, and the same sentence in `status.message`.
+    assert_eq!(waiting["status"]["state"], "Invalid", "{waiting}");
+    assert_eq!(waiting["status"]["message"], message.as_str());
     let selector = "valkey.gomomento.com/cluster=secure";
     let pods = json(product, &["get", "pods", "-n", NAMESPACE, "-l", selector]);
     assert_eq!(pods["items"].as_array().unwrap().len(), 0, "{pods}");
@@ -246,6 +249,16 @@ spec: {configRef: locked-config, shards: 1, replicasPerShard: 0, tls: {secretRef
         async || {
             let pods = json(product, &["get", "pods", "-n", NAMESPACE, "-l", selector]);
             pods["items"].as_array()?.first().cloned()
+        },
+    )
+    .await;
+    eventually(
+        "the fixed cluster is Creating again, the Secret no longer in its message",
+        Duration::from_secs(30),
+        async || {
+            let status = product.cluster(NAMESPACE, "secure")["status"].clone();
+            let message = status["message"].as_str().unwrap_or_default();
+            (status["state"] == "Creating" && !message.contains("secure-tls")).then_some(())
         },
     )
     .await;

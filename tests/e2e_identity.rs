@@ -39,7 +39,7 @@ metadata: {name: identity}
 apiVersion: valkey.gomomento.com/v1alpha1
 kind: ValkeyConfig
 metadata: {name: identity-config}
-spec: {imageRef: valkey-9-0-0, valkey: {cluster-node-timeout: "3000"}}
+spec: {imageRef: valkey-9-0-0}
 ---
 apiVersion: valkey.gomomento.com/v1alpha1
 kind: ValkeyCluster

@@ -214,7 +214,7 @@ fn cluster_yaml(name: &str) -> String {
 apiVersion: valkey.gomomento.com/v1alpha1
 kind: ValkeyConfig
 metadata: {{name: {name}}}
-spec: {{imageRef: valkey-9-0-0, valkey: {{cluster-node-timeout: "3000", save: ""}}}}
+spec: {{imageRef: valkey-9-0-0, valkey: {{save: ""}}}}
 ---
 apiVersion: valkey.gomomento.com/v1alpha1
 kind: ValkeyCluster

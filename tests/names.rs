@@ -24,7 +24,8 @@ fn root() -> &'static Path {
 fn defined() -> BTreeSet<&'static str> {
     BTreeSet::from([
         labels::CLUSTER,
-        labels::SHARD,
+        labels::SHARD_INDEX,
+        labels::JOIN_TYPE,
         labels::ROLE,
         labels::NODE,
         annotations::ACKNOWLEDGE_FLEET_ROLL,

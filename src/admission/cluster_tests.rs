@@ -84,6 +84,7 @@ fn acl_users_leave_default_alone_and_missing_roles_warn() {
         password_secret_ref: None,
         permissions: vec![AclPermission {
             role_ref: role_ref.into(),
+            channels: vec![],
             keys: vec![],
         }],
     };
@@ -310,6 +311,7 @@ fn a_key_pattern_that_would_grant_more_is_refused_naming_the_field() {
         password_secret_ref: None,
         permissions: vec![AclPermission {
             role_ref: "reader".into(),
+            channels: vec![],
             keys: vec![KeyPermission {
                 pattern: pattern.into(),
                 access: KeyAccess::Read,
@@ -358,6 +360,7 @@ fn a_cluster_past_the_acl_bound_may_shrink_but_not_grow() {
     let commands = (0..150)
         .map(|i| Permission {
             name: format!("c{i}"),
+            subcommand: None,
             access: Access::Allow,
         })
         .collect();
@@ -375,6 +378,7 @@ fn a_cluster_past_the_acl_bound_may_shrink_but_not_grow() {
         permissions: (0..grants)
             .map(|i| AclPermission {
                 role_ref: "wide".into(),
+                channels: vec![],
                 keys: vec![KeyPermission {
                     pattern: format!("k{i}:*"),
                     access: KeyAccess::Readwrite,

@@ -11,6 +11,7 @@ fn config_settings_owned_by_the_operator_are_refused() {
     spec.valkey = [
         ("port", "7000"),
         ("cluster-announce-ip", "1.2.3.4"),
+        ("cluster-node-timeout", "15000"),
         ("maxmemory", "1gb"),
     ]
     .into_iter()
@@ -24,7 +25,7 @@ fn config_settings_owned_by_the_operator_are_refused() {
     );
     assert_eq!(
         joined(&verdict),
-        "spec.valkey: cluster-announce-ip, port are set by the operator on every node and cannot be configured; remove them"
+        "spec.valkey: cluster-announce-ip, cluster-node-timeout, port are set by the operator on every node and cannot be configured; remove them"
     );
 }
 

@@ -57,14 +57,17 @@ fn nodes_come_from_the_operator_and_roles_name_things_once() {
             categories: vec![
                 Permission {
                     name: "@read".into(),
+                    subcommand: None,
                     access: Access::Allow,
                 },
                 Permission {
                     name: "write".into(),
+                    subcommand: None,
                     access: Access::Deny,
                 },
                 Permission {
                     name: "WRITE".into(),
+                    subcommand: None,
                     access: Access::Allow,
                 },
             ],

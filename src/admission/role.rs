@@ -81,7 +81,7 @@ fn check_once(field: &str, permissions: &[Permission], verdict: &mut Verdict) {
     }
     let mut seen = BTreeSet::new();
     for permission in permissions {
-        let name = permission.name.as_str();
+        let name = permission.acl_name();
         if !seen.insert(name.to_ascii_lowercase()) {
             verdict.deny(format!("{field}: {name:?} is listed twice; keep one entry"));
         }

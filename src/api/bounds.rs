@@ -29,11 +29,13 @@ pub const MAX_CLUSTER_NAME: usize = 50;
 /// Object names referenced from a spec (configs, roles, Secrets).
 pub const MAX_REF: usize = names::MAX_SUBDOMAIN;
 pub const MAX_ACL_USERS: usize = 64;
-pub const MAX_USERNAME: usize = 64;
+pub const MAX_USERNAME: usize = 128;
 pub const MAX_PASSWORD_HASHES: usize = 8;
 pub const MAX_PERMISSIONS: usize = 32;
 pub const MAX_KEY_PATTERNS: usize = 64;
 pub const MAX_KEY_PATTERN: usize = 256;
+pub const MAX_CHANNELS: usize = 16;
+pub const MAX_CHANNEL: usize = 128;
 pub const MAX_ZONES: usize = 16;
 pub const MAX_NODE_SELECTOR: usize = 32;
 /// Peers in `spec.network.allowedClients`, and labels in one of their selectors.
@@ -169,6 +171,12 @@ pub fn acl_syntax_problems(spec: &ValkeyClusterSpec) -> Vec<Problem> {
                     acl::check_key_pattern(&key.pattern),
                 );
             }
+            for (c, channel) in permission.channels.iter().enumerate().take(MAX_CHANNELS) {
+                problems.check(
+                    format!("{at}.permissions[{granted}].channels[{c}]"),
+                    acl::check_channel_pattern(&channel.0),
+                );
+            }
         }
     }
     problems.0
@@ -258,7 +266,7 @@ pub fn role_problems(spec: &ValkeyRoleSpec) -> Vec<Problem> {
             for (index, entry) in entries.iter().enumerate() {
                 let at = format!("{field}[{index}].name");
                 problems.length(at.clone(), &entry.name, MAX_ROLE_NAME);
-                problems.check(at, check(&entry.name));
+                problems.check(at, check(&entry.acl_name()));
             }
         }
     }
@@ -401,6 +409,16 @@ fn check_acl(users: &[AclUser], problems: &mut Problems) {
                 format!("{at}.roleRef"),
                 names::dns1123_subdomain(&permission.role_ref),
             );
+            if problems.at_most(
+                &format!("{at}.channels"),
+                permission.channels.len(),
+                MAX_CHANNELS,
+                "channel patterns",
+            ) {
+                for (c, channel) in permission.channels.iter().enumerate() {
+                    problems.length(format!("{at}.channels[{c}]"), &channel.0, MAX_CHANNEL);
+                }
+            }
             if !problems.at_most(
                 &format!("{at}.keys"),
                 permission.keys.len(),

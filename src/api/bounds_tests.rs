@@ -113,6 +113,7 @@ fn acl_entries_name_their_path() {
         password_secret_ref: None,
         permissions: vec![AclPermission {
             role_ref: "Bad_Role".into(),
+            channels: vec![],
             keys: vec![KeyPermission {
                 pattern: "k".repeat(MAX_KEY_PATTERN + 1),
                 access: KeyAccess::Read,
@@ -191,6 +192,7 @@ fn configs_roles_and_images_are_bounded_too() {
 
     let entry = |name: &str| Permission {
         name: name.into(),
+        subcommand: None,
         access: Access::Allow,
     };
     let role = ValkeyRoleSpec {

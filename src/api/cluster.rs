@@ -98,7 +98,7 @@ fn default_replicas_per_shard() -> i32 {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AclUser {
-    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9._@-]+$"))]
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9._@-]+$"))]
     pub username: String,
     /// SHA-256 hashes of the user's passwords, as 64 lowercase hex digits.
     #[serde(default)]
@@ -138,7 +138,23 @@ pub struct AclPermission {
     #[serde(default)]
     #[schemars(length(max = 64))]
     pub keys: Vec<KeyPermission>,
+    /// Pub/Sub channel patterns the permission may use (none when left out); the same
+    /// characters as a key pattern.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub channels: Vec<ChannelPattern>,
 }
+
+/// A glob over Pub/Sub channel names; no whitespace, quotes, parentheses or control characters.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(transparent)]
+pub struct ChannelPattern(
+    #[schemars(
+        length(min = 1, max = 128),
+        regex(pattern = r#"^[^\x00-\x20\x7f"'()]+$"#)
+    )]
+    pub String,
+);
 
 /// Access to the keys matching one pattern.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
@@ -151,15 +167,18 @@ pub struct KeyPermission {
         regex(pattern = r#"^[^\x00-\x20\x7f"'()]+$"#)
     )]
     pub pattern: String,
+    /// `readwrite` when left out, as Momento's operator has it.
+    #[serde(default)]
     pub access: KeyAccess,
 }
 
 /// Read, write or both on a key pattern.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum KeyAccess {
     Read,
     Write,
+    #[default]
     Readwrite,
 }
 
@@ -241,9 +260,15 @@ pub enum ZoneSpread {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyClusterStatus {
-    /// `Creating` until the cluster first serves all slots, then `Active`, also during rolls.
+    /// `Creating` until the cluster is first whole (every slot served, every shard with its
+    /// replicas), then `Active`, also during rolls; `Invalid` while its spec cannot be acted on
+    /// (its TLS Secret unusable), `Creating` again once fixed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<ClusterState>,
+    /// What needs a person now, in a sentence (the `Degraded` condition's message, or why a user
+    /// is not applied); absent when nothing does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// The engine version(s) running, e.g. `9.0.0` or, mid-roll, `9.0.0,9.1.2`.
@@ -294,6 +319,7 @@ pub struct FailoverAttempts {
 pub enum ClusterState {
     Creating,
     Active,
+    Invalid,
 }
 
 /// One shard of the cluster.

@@ -18,7 +18,9 @@ pub use image::*;
 pub use node::*;
 pub use role::*;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSON,
+};
 use kube::CustomResourceExt;
 
 /// The API group of every kind.
@@ -29,11 +31,23 @@ pub const VERSION: &str = "v1alpha1";
 pub const RESERVED_PREFIX: &str = "valkey.gomomento.com/";
 
 /// Labels the operator puts on every object it creates, so a fleet dashboard can select by them.
+/// `NAME`, `INSTANCE`, `SHARD_INDEX` and `JOIN_TYPE` are the Momento operator's documented
+/// labels, kept so that its users' NetworkPolicies and selectors work here unchanged.
 pub mod labels {
-    /// On every object of a cluster: the ValkeyCluster's name.
+    /// On every object of a cluster: the ValkeyCluster's name. The operator's own selector (on
+    /// objects of every version of this operator, so an upgrade finds what it made before).
     pub const CLUSTER: &str = "valkey.gomomento.com/cluster";
-    /// On a node's ValkeyNode and Pod: its shard.
-    pub const SHARD: &str = "valkey.gomomento.com/shard";
+    /// On every object of a cluster: [`NAME_VALUE`], the same for all clusters.
+    pub const NAME: &str = "app.kubernetes.io/name";
+    pub const NAME_VALUE: &str = "valkey";
+    /// On every object of a cluster: the ValkeyCluster's name; with [`NAME`], the selector of the
+    /// cluster's Service, as Momento documents it.
+    pub const INSTANCE: &str = "app.kubernetes.io/instance";
+    /// On a node's ValkeyNode and Pod: its shard (the operator's index, not Valkey's shard id).
+    pub const SHARD_INDEX: &str = "valkey.gomomento.com/shard-index";
+    /// On a ValkeyNode: how it joined, a [`JoinType`](crate::api::JoinType); `shard` is taken
+    /// off when the node is `Active`, the other two stay.
+    pub const JOIN_TYPE: &str = "valkey.gomomento.com/join-type";
     /// On a node's Pod: `primary` or `replica`, kept in step with what the node says.
     pub const ROLE: &str = "valkey.gomomento.com/role";
     /// On a node's Pod: its ValkeyNode's name.
@@ -131,9 +145,29 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ValkeyImage::crd(),
         ValkeyConfig::crd(),
         ValkeyRole::crd(),
-        ValkeyCluster::crd(),
+        with_state_creating(ValkeyCluster::crd()),
         ValkeyNode::crd(),
     ]
+}
+
+/// A ValkeyCluster whose status no pass has written yet reads `state: Creating` (Momento's
+/// schema default): the API server fills it in whenever it reads such an object, so
+/// `kubectl get` and tools never see a cluster without a state.
+fn with_state_creating(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    for version in &mut crd.spec.versions {
+        let status = version
+            .schema
+            .as_mut()
+            .and_then(|schema| schema.open_api_v3_schema.as_mut())
+            .and_then(|root| root.properties.as_mut())
+            .and_then(|properties| properties.get_mut("status"));
+        let Some(status) = status else { continue };
+        status.default = Some(JSON(serde_json::json!({})));
+        if let Some(state) = status.properties.as_mut().and_then(|p| p.get_mut("state")) {
+            state.default = Some(JSON(serde_json::json!("Creating")));
+        }
+    }
+    crd
 }
 
 /// The CRDs as one multi-document YAML stream, as committed under `charts/valkey-operator/crds/`.

@@ -76,11 +76,37 @@ pub struct ValkeyNodeStatus {
     pub node_id: Option<String>,
 }
 
-/// `Joining` when created, `Active` once it is a synced member of its shard.
+/// `Joining` when created, `Active` once it is a synced member of its shard, `Leaving` when the
+/// operator retires it.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 pub enum NodeLifecycle {
     Joining,
     Active,
+    Leaving,
+}
+
+/// How a node joined its cluster, on its ValkeyNode as [`labels::JOIN_TYPE`](super::labels::JOIN_TYPE)
+/// (Momento's label). A cluster's first nodes have none.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum JoinType {
+    /// A new replica of a shard (a roll's replacement, a scale-up, a heal).
+    Replica,
+    /// The new primary of a shard that had slots and lost every node.
+    Primary,
+    /// The first node of a shard added by a scale-out; the label goes once it is `Active`.
+    Shard,
+}
+
+impl JoinType {
+    /// The label's value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JoinType::Replica => "replica",
+            JoinType::Primary => "primary",
+            JoinType::Shard => "shard",
+        }
+    }
 }
 
 /// The node's role in its shard.

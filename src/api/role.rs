@@ -44,7 +44,25 @@ pub struct Permission {
         regex(pattern = r"^[A-Za-z][A-Za-z0-9_.-]*(\|[A-Za-z][A-Za-z0-9_.-]*)?$")
     )]
     pub name: String,
+    /// A command's subcommand, as Momento's operator spells it: `{name: config, subcommand:
+    /// get}` is `config|get`. Categories have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 64),
+        regex(pattern = r"^[A-Za-z][A-Za-z0-9_.-]*$")
+    )]
+    pub subcommand: Option<String>,
     pub access: Access,
+}
+
+impl Permission {
+    /// The name as ACL rules write it: `config|get` for a command with a subcommand.
+    pub fn acl_name(&self) -> String {
+        match &self.subcommand {
+            Some(subcommand) => format!("{}|{subcommand}", self.name),
+            None => self.name.clone(),
+        }
+    }
 }
 
 /// Whether a permission grants or removes access.

@@ -2,6 +2,7 @@
 //! supervisor of `serve`'s tasks, and the two commands' helpers for local runs.
 
 pub mod certs;
+pub mod logging;
 pub mod supervise;
 pub mod webhook_config;
 
@@ -31,7 +32,7 @@ use crate::server::limits::ServerLimits;
 use crate::server::metrics_access::{MetricsAccess, Reviews};
 use crate::server::tls::CertificatePaths;
 use crate::server::{self, AppState, ListenOptions};
-use crate::settings::{CONFIG_MAP, OperatorSettings};
+use crate::settings::{CONFIG_MAP, OperatorSettings, ZONE_SPREAD_VARIABLE};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -40,6 +41,9 @@ use crate::settings::{CONFIG_MAP, OperatorSettings};
     about = "Runs fleets of Valkey clusters on Kubernetes."
 )]
 pub struct Cli {
+    /// How log lines are written: `text` (stderr) or `json` (one object a line, stdout).
+    #[arg(long, global = true, value_enum, default_value_t, env = "LOG_FORMAT")]
+    pub log_format: logging::LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -226,9 +230,10 @@ async fn load_settings(client: &Client, namespace: &str) -> anyhow::Result<Opera
         .await
         .with_context(|| format!("reading ConfigMap {namespace}/{CONFIG_MAP}"))?;
     let data = config_map.and_then(|c| c.data).unwrap_or_default();
+    let zone_spread = std::env::var(ZONE_SPREAD_VARIABLE).ok();
     Ok(OperatorSettings {
         operator_namespace: namespace.to_owned(),
-        ..OperatorSettings::from_data(&data)?
+        ..OperatorSettings::from_sources(&data, zone_spread.as_deref())?
     })
 }
 

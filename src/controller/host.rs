@@ -12,8 +12,8 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{
-    NodeLifecycle, NodeRole, ValkeyCluster, ValkeyNode, ValkeyNodeStatus, annotations,
-    field_managers, finalizers,
+    JoinType, NodeLifecycle, NodeRole, ValkeyCluster, ValkeyNode, ValkeyNodeStatus, annotations,
+    field_managers, finalizers, labels,
 };
 use crate::controller::context::Context;
 use crate::controller::memory::node_cache::{Kind, Writes};
@@ -68,6 +68,28 @@ impl<'a> KubeHost<'a> {
     pub fn writes(&self) -> Writes<'a> {
         let key = ClusterKey::of(self.cluster());
         self.ctx.memory.node_cache.writes(key)
+    }
+
+    /// Takes `join-type: shard` off a node now `Active` (Momento's contract: that value means a
+    /// shard still joining; `replica` and `primary` stay, as how the node joined).
+    async fn end_shard_join(&mut self, name: &str) -> Result<(), kube::Error> {
+        let joining_shard = self.nodes.get(name).is_some_and(|node| {
+            node.labels().get(labels::JOIN_TYPE).map(String::as_str)
+                == Some(JoinType::Shard.as_str())
+        });
+        if !joining_shard {
+            return Ok(());
+        }
+        let patch = json!({"metadata": {"labels": {labels::JOIN_TYPE: null}}});
+        let updated = self
+            .nodes_api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        self.writes().node(&updated);
+        if let Some(node) = self.nodes.get_mut(name) {
+            node.metadata.labels = updated.metadata.labels;
+        }
+        Ok(())
     }
 
     /// Merges `status` into the ValkeyNode's status, and into this pass's copy of it.
@@ -217,6 +239,10 @@ impl NodeHost for KubeHost<'_> {
             }
             None => NodeRole::Primary,
         };
+        if let Some(join) = self.render.join_type(replica_of.is_some()) {
+            node.labels_mut()
+                .insert(labels::JOIN_TYPE.into(), join.as_str().into());
+        }
         // Created holding its finalizer: no second write to put it on.
         node.finalizers_mut()
             .push(finalizers::RETIRE_NODE.to_owned());
@@ -249,10 +275,19 @@ impl NodeHost for KubeHost<'_> {
 
     async fn mark_active(&mut self, name: &str) -> Result<(), kube::Error> {
         self.patch_node_status(name, json!({"lifecycle": NodeLifecycle::Active}))
-            .await
+            .await?;
+        self.end_shard_join(name).await
     }
 
     async fn remove_node(&mut self, name: &str) -> Result<(), kube::Error> {
+        // Said before it goes, so a watch of ValkeyNodes sees which node is retired.
+        match self
+            .patch_node_status(name, json!({"lifecycle": NodeLifecycle::Leaving}))
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            other => other?,
+        }
         delete_node(&self.nodes_api, &self.pods_api, name, &self.writes()).await?;
         self.nodes.objects.retain(|n| n.name_any() != name);
         self.nodes.pods.remove(name);

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, KeyToPath,
     ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements, SecretVolumeSource, Service,
-    ServicePort, ServiceSpec, TCPSocketAction, TopologySpreadConstraint, Volume, VolumeMount,
+    ServicePort, ServiceSpec, TCPSocketAction, Toleration, TopologySpreadConstraint, Volume,
+    VolumeMount,
 };
 use k8s_openapi::api::core::v1::{
     Capabilities, PodSecurityContext, SeccompProfile, SecurityContext,
@@ -29,18 +30,20 @@ use sha2::{Digest, Sha256};
 use crate::api::annotations;
 use crate::api::secret_keys::{AUTH_CONF, TLS_CA, TLS_CERT, TLS_KEY};
 use crate::api::{
-    NodeRole, ValkeyCluster, ValkeyClusterSpec, ValkeyNode, ValkeyNodeSpec, ZoneSpread, labels,
+    ClusterState, JoinType, NodeRole, ValkeyCluster, ValkeyClusterSpec, ValkeyNode, ValkeyNodeSpec,
+    ZoneSpread, labels,
 };
+use crate::controller::status::ConditionType;
 use crate::credentials::secret_name;
 use crate::fleet::resolve::EffectiveConfig;
-use crate::valkey::setting_impact::needs_restart;
+use crate::valkey::setting_impact::{FORCED, needs_restart};
 
 /// The client port every node listens on (its own Pod IP).
 pub const VALKEY_PORT: i32 = 6379;
 /// The cluster bus port (client port + 10000).
 pub const BUS_PORT: i32 = 16379;
 /// The named ports of a node, on its container and on the Service.
-const PORTS: [(&str, i32); 2] = [("client", VALKEY_PORT), ("bus", BUS_PORT)];
+const PORTS: [(&str, i32); 2] = [("valkey", VALKEY_PORT), ("valkey-bus", BUS_PORT)];
 /// Where a TLS cluster's Secret is mounted (its keys: [`crate::api::secret_keys`]).
 pub const TLS_DIR: &str = "/etc/valkey/tls";
 /// Where the cluster's credentials Secret is mounted: only its `auth.conf`, which every node
@@ -143,18 +146,20 @@ impl ClusterRender<'_> {
         digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
     }
 
-    /// The config's Valkey settings over the operator's [`ROLL_DEFAULTS`].
+    /// The config's Valkey settings over the operator's [`ROLL_DEFAULTS`], under its
+    /// [`FORCED`] ones (a config admitted before a setting was forced cannot override it).
     pub fn valkey_settings(&self) -> BTreeMap<String, String> {
         let mut settings: BTreeMap<String, String> = ROLL_DEFAULTS
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         settings.extend(self.effective.valkey.clone());
+        settings.extend(FORCED.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         settings
     }
 
-    /// Valkey's `cluster-node-timeout` as the nodes run it (15 s, Valkey's default, unless the
-    /// config sets it): how long before Valkey itself calls a node failing.
+    /// Valkey's `cluster-node-timeout` as the nodes run it ([`FORCED`]): how long before
+    /// Valkey itself calls a node failing.
     pub fn node_timeout(&self) -> std::time::Duration {
         let millis = self
             .valkey_settings()
@@ -174,6 +179,15 @@ impl ClusterRender<'_> {
 
     /// Labels of every object of this cluster; with a shard, of that shard's objects.
     pub fn labels(&self, shard: Option<i32>) -> BTreeMap<String, String> {
+        let mut labels = self.selector(shard);
+        labels.extend(self.service_selector());
+        labels
+    }
+
+    /// What the operator's own objects select the cluster's Pods by (its budget, its
+    /// NetworkPolicy, the spread of a shard): labels every version of the operator has put on
+    /// them, so an upgrade never leaves a running Pod unselected while its labels catch up.
+    fn selector(&self, shard: Option<i32>) -> BTreeMap<String, String> {
         let mut labels = BTreeMap::from([
             (labels::CLUSTER.to_string(), self.name()),
             (
@@ -182,9 +196,38 @@ impl ClusterRender<'_> {
             ),
         ]);
         if let Some(shard) = shard {
-            labels.insert(labels::SHARD.to_string(), shard.to_string());
+            labels.insert(labels::SHARD_INDEX.to_string(), shard.to_string());
         }
         labels
+    }
+
+    /// The labels the cluster's Service selects its Pods by: Momento's documented pair, so
+    /// a selector written for Momento's clusters finds these.
+    pub fn service_selector(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (labels::NAME.to_string(), labels::NAME_VALUE.to_string()),
+            (labels::INSTANCE.to_string(), self.name()),
+        ])
+    }
+
+    /// How a node created now joins: as a replica when it follows a primary; else as a shard's
+    /// new primary: for a cluster that was whole (`Active`), the primary of a shard that lost
+    /// every node when slots go unserved, of a scale-out's new shard when every slot is
+    /// served; and nothing for a cluster's first nodes.
+    pub fn join_type(&self, replica: bool) -> Option<JoinType> {
+        let status = self.cluster.status.as_ref();
+        let active = status.and_then(|s| s.state) == Some(ClusterState::Active);
+        let all_served = status.is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == ConditionType::Ready.as_str() && c.status == "True")
+        });
+        match (replica, active, all_served) {
+            (true, _, _) => Some(JoinType::Replica),
+            (false, false, _) => None,
+            (false, true, false) => Some(JoinType::Primary),
+            (false, true, true) => Some(JoinType::Shard),
+        }
     }
 
     /// The uid of the cluster, which every object it owns names as its controller.
@@ -254,6 +297,7 @@ impl ClusterRender<'_> {
                 affinity: self.zone_affinity(),
                 topology_spread_constraints: Some(self.spread_constraints(shard)),
                 termination_grace_period_seconds: Some(30),
+                tolerations: Some(vec![arm64_toleration()]),
                 // Data lives only in memory and an emptyDir: a server restarted in place
                 // comes back as the primary of an empty or stale data set, and its replica
                 // would then full-sync from it and discard the data it held. A dead server
@@ -425,23 +469,19 @@ impl ClusterRender<'_> {
         mounts
     }
 
-    /// Requests for what the config sets; a limit on memory only.
+    /// What the config sets, as both request and limit: with CPU and memory set, the Pod is
+    /// in the Guaranteed QoS class, the last a node under pressure evicts (an evicted Valkey
+    /// node loses what it held in memory).
     fn resources(&self) -> ResourceRequirements {
         let resources = &self.effective.resources;
-        let requests: BTreeMap<_, _> = [("cpu", &resources.cpu), ("memory", &resources.memory)]
+        let set: BTreeMap<_, _> = [("cpu", &resources.cpu), ("memory", &resources.memory)]
             .into_iter()
             .filter_map(|(name, q)| q.clone().map(|q| (name.to_string(), q)))
             .collect();
-        // Memory is limited (Valkey's maxmemory lives under it); CPU is not, to avoid throttling.
-        let limits: BTreeMap<_, _> = resources
-            .memory
-            .clone()
-            .map(|m| ("memory".to_string(), m))
-            .into_iter()
-            .collect();
+        let set = (!set.is_empty()).then_some(set);
         ResourceRequirements {
-            requests: (!requests.is_empty()).then_some(requests),
-            limits: (!limits.is_empty()).then_some(limits),
+            requests: set.clone(),
+            limits: set,
             ..Default::default()
         }
     }
@@ -489,7 +529,7 @@ impl ClusterRender<'_> {
             }
             .into(),
             label_selector: Some(LabelSelector {
-                match_labels: Some(self.labels(shard)),
+                match_labels: Some(self.selector(shard)),
                 match_expressions: None,
             }),
             ..Default::default()
@@ -513,7 +553,7 @@ impl ClusterRender<'_> {
             metadata: self.owned_meta(self.name()),
             spec: Some(ServiceSpec {
                 cluster_ip: Some("None".into()),
-                selector: Some(self.labels(None)),
+                selector: Some(self.service_selector()),
                 publish_not_ready_addresses: Some(true),
                 ports: Some(
                     PORTS
@@ -549,7 +589,7 @@ impl ClusterRender<'_> {
                     i32::try_from(min_available).unwrap_or(i32::MAX),
                 )),
                 selector: Some(LabelSelector {
-                    match_labels: Some(self.labels(None)),
+                    match_labels: Some(self.selector(None)),
                     match_expressions: None,
                 }),
                 ..Default::default()
@@ -602,12 +642,12 @@ impl ClusterRender<'_> {
         NetworkPolicy {
             metadata: self.owned_meta(self.name()),
             spec: Some(NetworkPolicySpec {
-                pod_selector: Some(selector(self.labels(None))),
+                pod_selector: Some(selector(self.selector(None))),
                 policy_types: Some(vec!["Ingress".into()]),
                 ingress: Some(vec![
                     NetworkPolicyIngressRule {
                         ports: Some(vec![port(BUS_PORT)]),
-                        from: Some(vec![peer(None, Some(selector(self.labels(None))))]),
+                        from: Some(vec![peer(None, Some(selector(self.selector(None))))]),
                     },
                     NetworkPolicyIngressRule {
                         ports: Some(vec![port(VALKEY_PORT)]),
@@ -633,6 +673,18 @@ impl ClusterRender<'_> {
 /// The Pod half of the `restricted` Pod Security Standard: the image's unprivileged `valkey`
 /// user (the image's own drop from root is skipped, as `command` is set), the runtime's
 /// default seccomp profile, and volumes writable by that user's group.
+/// Every Valkey Pod may run on a tainted arm64 node pool (Valkey's images are multi-arch); a
+/// no-op where no node has the taint. Momento's operator puts the same one on its Pods.
+fn arm64_toleration() -> Toleration {
+    Toleration {
+        key: Some("kubernetes.io/arch".into()),
+        operator: Some("Equal".into()),
+        value: Some("arm64".into()),
+        effect: Some("NoSchedule".into()),
+        ..Default::default()
+    }
+}
+
 fn pod_security() -> PodSecurityContext {
     PodSecurityContext {
         run_as_non_root: Some(true),

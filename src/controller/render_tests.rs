@@ -66,6 +66,61 @@ fn the_config_overrides_the_roll_defaults() {
     assert!(!settings.contains_key("databases"));
 }
 
+#[test]
+fn the_forced_node_timeout_wins_over_a_config_admitted_before_it_was_forced() {
+    let cluster = cluster();
+    let mut old = effective("9.0.0");
+    old.valkey
+        .insert("cluster-node-timeout".into(), "15000".into());
+    let render = render_for(&cluster, &old);
+    assert_eq!(render.live_settings()["cluster-node-timeout"], "5000");
+    assert_eq!(render.node_timeout(), std::time::Duration::from_secs(5));
+    // Applied live: forcing it changes no revision, so no running node is replaced.
+    assert_eq!(
+        revision(&cluster, &old),
+        revision(&cluster, &effective("9.0.0"))
+    );
+}
+
+#[test]
+fn a_node_is_labelled_with_how_it_joined() {
+    use crate::api::{ClusterState, JoinType, ValkeyClusterStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    let mut cluster = cluster();
+    let effective = effective("9.0.0");
+    let first = render_for(&cluster, &effective);
+    assert_eq!(first.join_type(false), None, "a cluster's first nodes");
+    assert_eq!(first.join_type(true), Some(JoinType::Replica));
+    let whole = |served: &str| ValkeyClusterStatus {
+        state: Some(ClusterState::Active),
+        conditions: vec![Condition {
+            type_: "Ready".into(),
+            status: served.into(),
+            reason: "AllSlotsServed".into(),
+            message: String::new(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+            observed_generation: None,
+        }],
+        ..Default::default()
+    };
+    cluster.status = Some(whole("True"));
+    let scaled = render_for(&cluster, &effective);
+    assert_eq!(
+        scaled.join_type(false),
+        Some(JoinType::Shard),
+        "a scale-out"
+    );
+    cluster.status = Some(whole("False"));
+    let lost = render_for(&cluster, &effective);
+    assert_eq!(
+        lost.join_type(false),
+        Some(JoinType::Primary),
+        "a lost shard"
+    );
+}
+
 /// The render of `cluster` with the operator's default zone spreading.
 fn render_for<'a>(cluster: &'a ValkeyCluster, effective: &'a EffectiveConfig) -> ClusterRender<'a> {
     ClusterRender {
@@ -168,9 +223,12 @@ fn a_pod_runs_the_node_with_its_settings_labels_and_owner() {
     let pod = render.pod(&node, NodeRole::Replica);
     let labels = pod.metadata.labels.clone().unwrap();
     assert_eq!(labels[labels::CLUSTER], "orders");
-    assert_eq!(labels[labels::SHARD], "1");
+    assert_eq!(labels[labels::SHARD_INDEX], "1");
     assert_eq!(labels[labels::ROLE], "replica");
     assert_eq!(labels[labels::MANAGED_BY], "valkey-operator");
+    // Momento's labels, which its users' NetworkPolicies and dashboards select by.
+    assert_eq!(labels[labels::NAME], "valkey");
+    assert_eq!(labels[labels::INSTANCE], "orders");
     let annotations = pod.metadata.annotations.clone().unwrap();
     assert_eq!(annotations["team"], "payments");
     assert_eq!(
@@ -205,24 +263,31 @@ fn a_pod_runs_the_node_with_its_settings_labels_and_owner() {
             .field_path,
         "status.podIP"
     );
+    // Requests equal to limits: the Guaranteed QoS class.
     let resources = container.resources.as_ref().unwrap();
     assert_eq!(
         resources.requests.as_ref().unwrap()["cpu"],
         Quantity("500m".into())
     );
+    assert_eq!(resources.limits, resources.requests);
+    let ports: Vec<_> = container
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| p.name.clone())
+        .collect();
+    assert_eq!(ports, [Some("valkey".into()), Some("valkey-bus".into())]);
+    let toleration = &spec.tolerations.as_ref().unwrap()[0];
     assert_eq!(
-        resources
-            .limits
-            .as_ref()
-            .unwrap()
-            .keys()
-            .collect::<Vec<_>>(),
-        ["memory"]
+        (toleration.key.as_deref(), toleration.value.as_deref()),
+        (Some("kubernetes.io/arch"), Some("arm64"))
     );
+    assert_eq!(toleration.effect.as_deref(), Some("NoSchedule"));
     assert_eq!(
         render.live_settings().keys().collect::<Vec<_>>(),
         [
             "cluster-allow-replica-migration",
+            "cluster-node-timeout",
             "maxmemory",
             "repl-diskless-sync-delay"
         ]
@@ -281,7 +346,7 @@ fn placement_becomes_affinity_and_spread() {
         .match_labels
         .as_ref()
         .unwrap();
-    assert_eq!(per_shard[labels::SHARD], "0");
+    assert_eq!(per_shard[labels::SHARD_INDEX], "0");
     let cluster_wide = required[1]
         .label_selector
         .as_ref()
@@ -289,7 +354,7 @@ fn placement_becomes_affinity_and_spread() {
         .match_labels
         .as_ref()
         .unwrap();
-    assert!(!cluster_wide.contains_key(labels::SHARD));
+    assert!(!cluster_wide.contains_key(labels::SHARD_INDEX));
 
     cluster.spec.placement = Some(Placement {
         zones: vec!["eu-1a".into(), "eu-1b".into()],
@@ -330,7 +395,21 @@ fn service_and_budget_select_the_cluster() {
     let spec = service.spec.unwrap();
     assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
     assert_eq!(spec.publish_not_ready_addresses, Some(true));
-    assert_eq!(spec.selector.unwrap()[labels::CLUSTER], "orders");
+    let selector = spec.selector.unwrap();
+    assert_eq!(
+        selector,
+        BTreeMap::from([
+            (labels::NAME.to_string(), "valkey".to_string()),
+            (labels::INSTANCE.to_string(), "orders".to_string()),
+        ])
+    );
+    let named: Vec<_> = spec
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| p.name.clone())
+        .collect();
+    assert_eq!(named, [Some("valkey".into()), Some("valkey-bus".into())]);
     assert_eq!(service.metadata.owner_references.unwrap()[0].name, "orders");
     let budget = render.disruption_budget(0).spec.unwrap();
     assert_eq!(budget.max_unavailable, None);
@@ -401,7 +480,14 @@ fn the_network_policy_keeps_the_bus_to_the_cluster_and_names_every_client() {
     );
     let spec = policy.spec.unwrap();
     assert_eq!(spec.policy_types, Some(vec!["Ingress".to_string()]));
-    let ours = render.labels(None);
+    // The operator's own selector, not Momento's labels: Pods of an older operator have it.
+    let ours = BTreeMap::from([
+        (labels::CLUSTER.to_string(), "orders".to_string()),
+        (
+            labels::MANAGED_BY.to_string(),
+            "valkey-operator".to_string(),
+        ),
+    ]);
     assert_eq!(spec.pod_selector.unwrap().match_labels, Some(ours.clone()));
     let rules = spec.ingress.unwrap();
     let port_of =

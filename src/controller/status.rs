@@ -270,11 +270,10 @@ pub fn summarize(
     now: Time,
 ) -> ValkeyClusterStatus {
     let all_served = slots_served(pass.observed) == SLOT_COUNT;
-    let state = if all_served {
-        Some(ClusterState::Active)
-    } else {
-        previous.state.or(Some(ClusterState::Creating))
-    };
+    let state = Some(next_state(
+        previous.state,
+        all_served && complete(pass.desired, pass.observed),
+    ));
     let outdated = pass
         .observed
         .iter()
@@ -290,6 +289,8 @@ pub fn summarize(
         shards: shard_statuses(pass),
         nodes: node_statuses(pass),
         conditions: previous.conditions.clone(),
+        // From the conditions as they are written: see [`needs_a_person`].
+        message: None,
         desired_revision: Some(pass.desired.revision.clone()),
         roll: None,
     };
@@ -302,6 +303,39 @@ pub fn summarize(
         );
     }
     status
+}
+
+/// `Active` once the cluster is whole (and from then on, also during rolls and heals, which
+/// the conditions describe); `Creating` before, and again after `Invalid` (a spec the operator
+/// could not accept, now fixed), as Momento's operator says it.
+fn next_state(previous: Option<ClusterState>, whole: bool) -> ClusterState {
+    match previous {
+        Some(ClusterState::Active) => ClusterState::Active,
+        _ if whole => ClusterState::Active,
+        _ => ClusterState::Creating,
+    }
+}
+
+/// Every slot served, every desired shard with a live primary and its replicas in sync:
+/// what creation waits for before `Active`.
+fn complete(desired: &DesiredShape, observed: &[ObservedNode]) -> bool {
+    (0..desired.shards).all(|shard| {
+        has_live_primary(observed, shard)
+            && in_sync_replicas(observed, shard) >= desired.replicas_per_shard
+    })
+}
+
+/// The sentence for `status.message`: what needs a person now (the `Degraded` condition's
+/// message, else a user not applied), nothing once it is resolved.
+pub fn needs_a_person(conditions: &[Condition]) -> Option<String> {
+    let failing = |type_: ConditionType, failing: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == type_.as_str() && c.status == failing)
+            .map(|c| c.message.clone())
+            .filter(|m| !m.is_empty())
+    };
+    failing(ConditionType::Degraded, "True").or_else(|| failing(ConditionType::AclApplied, "False"))
 }
 
 fn slots_served(observed: &[ObservedNode]) -> u32 {

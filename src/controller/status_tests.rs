@@ -424,3 +424,96 @@ fn a_stall_is_news_once_and_dates_from_its_start() {
     assert!(!stall_is_new(&stored, &now), "a failed step is not a stall");
     assert_eq!(stalled_for(&now, &at(45)), None);
 }
+
+#[test]
+fn creation_reaches_active_when_every_shard_has_its_replicas_and_invalid_recovers_via_creating() {
+    let mut replica = node("c-0r", 0, "r1", (0, 0));
+    replica.role = Role::Replica;
+    replica.slots.clear();
+    replica.sync = Some(ReplicaSync {
+        link_up: true,
+        sync_in_progress: false,
+        offset: 10,
+        primary_offset: 10,
+        known_to_primaries: true,
+    });
+    let primaries = [
+        node("c-0", 0, "r1", (0, 8191)),
+        node("c-1", 1, "r1", (8192, 16383)),
+    ];
+    let with_replicas = DesiredShape {
+        replicas_per_shard: 1,
+        ..desired("r1")
+    };
+    let status_of = |observed: &[ObservedNode], before: Option<ClusterState>| {
+        let pass = PassReport {
+            generation: Some(1),
+            shards: 2,
+            nodes: &[],
+            observed,
+            desired: &with_replicas,
+            step: &Step::Converged,
+            failure: None,
+        };
+        let before = ValkeyClusterStatus {
+            state: before,
+            ..Default::default()
+        };
+        summarize(&before, &pass, at(10)).state
+    };
+    // Every slot served, but shard 1 has no replica yet.
+    let mut observed = primaries.to_vec();
+    observed.push(replica.clone());
+    assert_eq!(status_of(&observed, None), Some(ClusterState::Creating));
+    assert_eq!(
+        status_of(&observed, Some(ClusterState::Active)),
+        Some(ClusterState::Active)
+    );
+    let mut second = replica;
+    second.name = "c-1r".into();
+    second.shard = 1;
+    observed.push(second);
+    assert_eq!(status_of(&observed, None), Some(ClusterState::Active));
+    // A spec made acceptable again is created anew before it is Active.
+    assert_eq!(
+        status_of(&primaries, Some(ClusterState::Invalid)),
+        Some(ClusterState::Creating)
+    );
+}
+
+#[test]
+fn the_message_says_what_needs_a_person_and_goes_when_it_is_resolved() {
+    let mut conditions = Vec::new();
+    let acl = verdict(
+        ConditionType::AclApplied,
+        false,
+        Reason::RoleMissing,
+        "user app: no role",
+    );
+    set_condition(&mut conditions, acl, Some(1), at(1));
+    assert_eq!(
+        needs_a_person(&conditions).as_deref(),
+        Some("user app: no role")
+    );
+    let stall = verdict(
+        ConditionType::Degraded,
+        true,
+        Reason::RollStalled,
+        "shard 1 stalled",
+    );
+    set_condition(&mut conditions, stall, Some(1), at(2));
+    assert_eq!(
+        needs_a_person(&conditions).as_deref(),
+        Some("shard 1 stalled")
+    );
+    let healthy = verdict(ConditionType::Degraded, false, Reason::Healthy, "all good");
+    set_condition(&mut conditions, healthy, Some(1), at(3));
+    let applied = verdict(
+        ConditionType::AclApplied,
+        true,
+        Reason::UsersApplied,
+        "2 users",
+    );
+    set_condition(&mut conditions, applied, Some(1), at(4));
+    assert_eq!(needs_a_person(&conditions), None);
+}

@@ -167,7 +167,8 @@ pub fn has_stopped(pod: &PodView) -> bool {
 
 pub fn lifecycle(node: &ValkeyNode) -> Lifecycle {
     match node.status.as_ref().and_then(|s| s.lifecycle) {
-        Some(NodeLifecycle::Active) => Lifecycle::Active,
+        // A node being retired still serves until it is gone.
+        Some(NodeLifecycle::Active | NodeLifecycle::Leaving) => Lifecycle::Active,
         _ => Lifecycle::Joining,
     }
 }

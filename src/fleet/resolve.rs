@@ -8,7 +8,7 @@ use std::fmt;
 use crate::api::{NodeResources, ValkeyConfigSpec, ValkeyImageSpec};
 
 /// The longest `baseRef` chain accepted, counting the config itself.
-pub const MAX_CHAIN_DEPTH: usize = 8;
+pub const MAX_CHAIN_DEPTH: usize = 10;
 
 /// Read access to the images and configs that resolution walks.
 pub trait Catalog {
@@ -286,7 +286,7 @@ mod tests {
         let err = resolve(&format!("c{MAX_CHAIN_DEPTH}"), &fleet).unwrap_err();
         assert!(matches!(err, ResolveError::TooDeep { .. }), "{err}");
         assert!(
-            err.to_string().starts_with("baseRef chain c8 → c7"),
+            err.to_string().starts_with("baseRef chain c10 → c9"),
             "{err}"
         );
     }

@@ -3,6 +3,12 @@
 //! changing them replaces nodes (a roll). The list is checked against real valkey-server
 //! binaries by `tests/valkey_settings.rs`, for every version the tests fetch.
 
+/// The settings the operator gives every node a fixed value of, whatever the config says (a
+/// config may not set them: admission refuses them with the rest of [`OPERATOR_OWNED`]).
+/// `cluster-node-timeout`: the failure-detection window the roll's and the heal's waits are
+/// built around (Momento's operator forces the same 5 s).
+pub const FORCED: [(&str, &str); 1] = [("cluster-node-timeout", "5000")];
+
 /// Settings the operator sets itself on every node; a config may not override them.
 const OPERATOR_OWNED: &[&str] = &[
     "port",
@@ -17,10 +23,13 @@ const OPERATOR_OWNED: &[&str] = &[
     "cluster-enabled",
     "cluster-config-file",
     "cluster-port",
+    "cluster-node-timeout",
     "replicaof",
     "slaveof",
     "masterauth",
     "masteruser",
+    "primaryauth",
+    "primaryuser",
     "requirepass",
     "aclfile",
     "unixsocket",

@@ -43,6 +43,7 @@ use std::time::Instant;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalized, finalizer};
 use kube::{Api, ResourceExt};
+use tracing::Instrument;
 
 use crate::api::ValkeyCluster;
 use crate::api::bounds::Problem;
@@ -62,6 +63,8 @@ use crate::fleet::resolve::EffectiveConfig;
 pub async fn reconcile(cluster: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
+    // Every line the pass logs names its cluster (in JSON: `span.cluster`, `span.namespace`).
+    let span = tracing::info_span!("pass", cluster = %cluster.name_any(), namespace = %namespace);
     let api: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &namespace);
     let result = finalizer(&api, RETIRE_NODES, cluster, |event| async {
         match event {
@@ -69,6 +72,7 @@ pub async fn reconcile(cluster: Arc<ValkeyCluster>, ctx: Arc<Context>) -> Result
             Finalized::Cleanup(cluster) => cleanup(&cluster, &ctx).await,
         }
     })
+    .instrument(span)
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)));
     ctx.metrics

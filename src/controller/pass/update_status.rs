@@ -13,7 +13,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::field_managers::CONTROLLER as MANAGER;
-use crate::api::{ValkeyCluster, ValkeyClusterStatus};
+use crate::api::{ClusterState, ValkeyCluster, ValkeyClusterStatus};
 use crate::controller::context::Context;
 use crate::controller::error::Error;
 use crate::controller::events::{ClusterEvent, publish};
@@ -23,8 +23,8 @@ use crate::controller::pass::plan::Planned;
 use crate::controller::pass::read::Seen;
 use crate::controller::pass::{Halt, Pass};
 use crate::controller::status::{
-    ConditionType, PassReport, Reason, acl_applied, degraded, newly_failing, set_condition,
-    stall_is_new, stalled_for, stranger_is_new, summarize,
+    ConditionType, PassReport, Reason, acl_applied, degraded, needs_a_person, newly_failing,
+    set_condition, stall_is_new, stalled_for, stranger_is_new, summarize,
 };
 use crate::execute::Outcome;
 use crate::fleet::ClusterKey;
@@ -177,6 +177,9 @@ async fn write_degraded(
         cluster.metadata.generation,
         now,
     );
+    if reason == Reason::TlsUnavailable {
+        status.state = Some(ClusterState::Invalid);
+    }
     write_status(ctx, cluster, stored, status).await
 }
 
@@ -190,6 +193,7 @@ async fn write_status(
     mut status: ValkeyClusterStatus,
 ) -> Result<(), Error> {
     status.roll = None;
+    status.message = needs_a_person(&status.conditions);
     let namespace = cluster.namespace().ok_or(Error::NoNamespace)?;
     let unchanged = status
         == ValkeyClusterStatus {
