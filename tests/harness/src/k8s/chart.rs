@@ -292,6 +292,8 @@ fn metrics_reader_token(plane: &ControlPlane) -> String {
 /// The operator binary as a local process; killed when dropped, also when the test panics.
 pub struct Operator {
     child: Child,
+    /// The binary it runs: [`operator_binary`] unless started or restarted with another.
+    binary: PathBuf,
     /// `https://127.0.0.1:PORT`, served with the chart's certificate.
     pub url: String,
     log: PathBuf,
@@ -320,6 +322,17 @@ impl Operator {
         namespace: &str,
         extra: &[&str],
     ) -> Self {
+        Self::start_binary(&operator_binary(), identity, log_name, namespace, extra)
+    }
+
+    /// [`Self::start_with`] running `binary` (e.g. a previous release's).
+    pub fn start_binary(
+        binary: &Path,
+        identity: &ChartIdentity,
+        log_name: &str,
+        namespace: &str,
+        extra: &[&str],
+    ) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -339,9 +352,10 @@ impl Operator {
         args.extend(extra.iter().map(Into::into));
         let log = identity.path(log_name);
         let kubeconfig = identity.path("kubeconfig");
-        let child = spawn_operator(&args, &kubeconfig, &log);
+        let child = spawn_operator(binary, &args, &kubeconfig, &log);
         Self {
             child,
+            binary: binary.to_path_buf(),
             url: format!("https://127.0.0.1:{port}"),
             log,
             // Verifies the chart's certificate against the chart's CA, by its 127.0.0.1 SAN.
@@ -357,10 +371,22 @@ impl Operator {
     pub fn kill_and_restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = spawn_operator(&self.args, &self.kubeconfig, &self.log);
+        self.child = spawn_operator(&self.binary, &self.args, &self.kubeconfig, &self.log);
     }
 
     /// The process id of the operator now running.
+    /// Stops the process (SIGTERM, as a Deployment's rollout does) and starts `binary` in its
+    /// place with the same flags, port and log: an upgrade (or a downgrade) of the operator.
+    pub fn replace_binary(&mut self, binary: &Path) {
+        // SIGTERM, then wait: the old leader releases its Lease and ends its reconciles.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+        self.binary = binary.to_path_buf();
+        self.child = spawn_operator(&self.binary, &self.args, &self.kubeconfig, &self.log);
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -435,13 +461,18 @@ impl Operator {
     }
 }
 
-fn spawn_operator(args: &[std::ffi::OsString], kubeconfig: &Path, log: &Path) -> Child {
+fn spawn_operator(
+    binary: &Path,
+    args: &[std::ffi::OsString],
+    kubeconfig: &Path,
+    log: &Path,
+) -> Child {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .unwrap();
-    Command::new(operator_binary())
+    Command::new(binary)
         .args(args)
         .env("KUBECONFIG", kubeconfig)
         .env("RUST_LOG", "info")

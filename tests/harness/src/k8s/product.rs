@@ -51,6 +51,8 @@ pub struct ProductOptions<'a> {
     /// The operator requires the API server's webhook client certificate (`serve
     /// --webhook-client-ca`), as where the API server can be configured to present one.
     pub certified_webhooks: bool,
+    /// Another operator binary than this build's (a previous release, to upgrade from).
+    pub operator_binary: Option<&'a std::path::Path>,
 }
 
 impl Default for ProductOptions<'_> {
@@ -60,6 +62,7 @@ impl Default for ProductOptions<'_> {
             operator_flags: &[],
             kubelet: KubeletOptions::default(),
             certified_webhooks: true,
+            operator_binary: None,
         }
     }
 }
@@ -93,6 +96,7 @@ impl Product {
             operator_flags,
             kubelet,
             certified_webhooks,
+            operator_binary,
         } = options;
         let (plane, helm) = control_plane_with_crds().await;
         if let Some(objects) = before_webhooks {
@@ -107,7 +111,9 @@ impl Product {
             flags.extend(["--webhook-client-ca", client_ca.to_str().unwrap()]);
         }
         flags.extend_from_slice(operator_flags);
-        let mut operator = Operator::start_with(&identity, "operator.log", NAMESPACE, &flags);
+        let binary = operator_binary.map_or_else(crate::operator_binary, Into::into);
+        let mut operator =
+            Operator::start_binary(&binary, &identity, "operator.log", NAMESPACE, &flags);
         operator.wait_ready(Duration::from_secs(60)).await;
         repoint_webhooks(&plane, &operator.url);
         let kubelet = TestKubelet::start(plane.client().await.unwrap(), kubelet)

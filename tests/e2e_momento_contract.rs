@@ -1,0 +1,312 @@
+//! The parts of the Momento operator's documented contract that its users' YAML, selectors and
+//! scripts rely on, end to end (`../shared/spec/momento/reference/labels-annotations.md`,
+//! `forced-settings.md`, `cluster-status.md`, `security/networking.md`):
+//! - a cluster whose config cannot be found reads `Creating` with a `status.message`;
+//! - every Valkey Pod carries `app.kubernetes.io/name: valkey`, `app.kubernetes.io/instance` and
+//!   `valkey.gomomento.com/shard-index`, the ports `valkey` and `valkey-bus`, the arm64
+//!   toleration, and is in the Guaranteed QoS class; the Service and Momento's worked
+//!   NetworkPolicy example select exactly those Pods;
+//! - every node runs `cluster-node-timeout` 5000, and a config may not set it;
+//! - a scale-out's new shard is labelled `join-type: shard` until it is `Active`, a replica
+//!   `join-type: replica`; a roll shows each retired node `Leaving` before it goes.
+
+use std::collections::BTreeSet;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use harness::eventually;
+use harness::k8s::{IMAGES, Product};
+use harness::valkey::logins::{admin_login, url};
+use serde_json::Value;
+
+const NAMESPACE: &str = "my-app";
+
+const OBJECTS: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: my-app}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata: {name: sized}
+spec:
+  imageRef: valkey-9-0-0
+  resources: {cpu: 200m, memory: 256Mi}
+  valkey: {maxmemory: 128mb, save: ""}
+"#;
+
+/// Momento's worked example from `security/networking.md`, as it is printed there.
+const MOMENTO_NETWORK_POLICY: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: valkey-ingress
+  namespace: my-app
+spec:
+  podSelector:
+    matchLabels:
+      app.kubernetes.io/name: valkey
+  policyTypes: ["Ingress"]
+  ingress:
+    - from:
+        - podSelector:
+            matchLabels:
+              valkey-client: "true"
+      ports:
+        - port: 6379
+    - from:
+        - namespaceSelector:
+            matchLabels:
+              kubernetes.io/metadata.name: valkey-operator
+          podSelector:
+            matchLabels:
+              app: valkey-operator
+      ports:
+        - port: 6379
+    - from:
+        - podSelector:
+            matchLabels:
+              app.kubernetes.io/name: valkey
+      ports:
+        - port: 6379
+        - port: 16379
+"#;
+
+fn json(product: &Product, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.extend(["-o", "json"]);
+    serde_json::from_str(&product.kubectl(&args)).unwrap()
+}
+
+/// Names of the Pods a label selector finds in the namespace.
+fn pods_selected(product: &Product, selector: &str) -> BTreeSet<String> {
+    let pods = json(product, &["get", "pods", "-n", NAMESPACE, "-l", selector]);
+    pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `matchLabels` as a `-l` selector.
+fn selector(match_labels: &Value) -> String {
+    let labels = match_labels.as_object().unwrap();
+    let pairs: Vec<String> = labels
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+        .collect();
+    pairs.join(",")
+}
+
+/// `kubectl get valkeynodes -w` into a file: every version of every ValkeyNode while it runs.
+struct NodeWatch {
+    child: Child,
+    file: tempfile::NamedTempFile,
+}
+
+impl NodeWatch {
+    fn start(product: &Product) -> Self {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let mut command = product.plane.kubectl();
+        command
+            .args(["get", "valkeynodes", "-n", NAMESPACE, "-w", "-o", "json"])
+            .stdout(file.reopen().unwrap())
+            .stderr(Stdio::null());
+        Self {
+            child: command.spawn().unwrap(),
+            file,
+        }
+    }
+
+    /// Every object the watch printed, in order.
+    fn stop(mut self) -> Vec<Value> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let text = std::fs::read_to_string(self.file.path()).unwrap();
+        serde_json::Deserializer::from_str(&text)
+            .into_iter::<Value>()
+            .map_while(Result::ok)
+            .collect()
+    }
+}
+
+async fn node_timeout(address: &str) -> String {
+    let login = admin_login(address, Duration::from_secs(2)).await.unwrap();
+    let client = redis::Client::open(url(address, login.as_ref())).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let reply: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("cluster-node-timeout")
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    reply.get(1).cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn momentos_labels_settings_and_status_hold_here() {
+    let product = Product::start(None, &[]).await;
+    product.apply(IMAGES);
+    product.apply(OBJECTS);
+
+    // A config that sets what the operator forces is refused, saying why.
+    let (accepted, said) = product.try_kubectl(
+        &["apply", "-f", "-"],
+        Some("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyConfig\nmetadata: {name: tuned}\nspec: {imageRef: valkey-9-0-0, valkey: {cluster-node-timeout: \"15000\"}}\n"),
+    );
+    assert!(!accepted, "{said}");
+    assert!(said.contains("cluster-node-timeout"), "{said}");
+
+    // Before its config exists: `Creating`, and a message a person can act on.
+    product.apply("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata: {name: orders, namespace: my-app}\nspec: {configRef: later, shards: 2, replicasPerShard: 1}\n");
+    let waiting = eventually(
+        "a message about the missing config",
+        Duration::from_secs(30),
+        async || {
+            let status = product.cluster(NAMESPACE, "orders")["status"].clone();
+            status["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("later"))
+                .then_some(status)
+        },
+    )
+    .await;
+    assert_eq!(waiting["state"], "Creating", "{waiting}");
+    product.patch(
+        "valkeycluster/orders",
+        Some(NAMESPACE),
+        r#"{"spec": {"configRef": "sized"}}"#,
+    );
+    product
+        .wait_converged(&[(NAMESPACE, "orders")], "9.0.0", Duration::from_secs(180))
+        .await;
+    let status = product.cluster(NAMESPACE, "orders")["status"].clone();
+    assert_eq!(status["state"], "Active", "{status}");
+    assert!(
+        status["message"].is_null(),
+        "resolved, so no message: {status}"
+    );
+
+    // Labels, ports, toleration and QoS of every Valkey Pod.
+    let ours = pods_selected(&product, "valkey.gomomento.com/cluster=orders");
+    assert_eq!(ours.len(), 4, "{ours:?}");
+    let momentos = "app.kubernetes.io/name=valkey,app.kubernetes.io/instance=orders";
+    assert_eq!(pods_selected(&product, momentos), ours);
+    let pods = json(&product, &["get", "pods", "-n", NAMESPACE]);
+    for pod in pods["items"].as_array().unwrap() {
+        let name = &pod["metadata"]["name"];
+        let shard = pod["metadata"]["labels"]["valkey.gomomento.com/shard-index"].as_str();
+        assert!(matches!(shard, Some("0" | "1")), "{name}: {shard:?}");
+        let ports = &pod["spec"]["containers"][0]["ports"];
+        assert_eq!(ports[0]["name"], "valkey", "{name}");
+        assert_eq!(ports[1]["name"], "valkey-bus", "{name}");
+        let tolerations = pod["spec"]["tolerations"].to_string();
+        assert!(
+            tolerations.contains(r#""value":"arm64""#),
+            "{name}: {tolerations}"
+        );
+        assert_eq!(pod["status"]["qosClass"], "Guaranteed", "{name}");
+    }
+    let service = json(&product, &["get", "service", "orders", "-n", NAMESPACE]);
+    assert_eq!(
+        pods_selected(&product, &selector(&service["spec"]["selector"])),
+        ours
+    );
+    product.apply(MOMENTO_NETWORK_POLICY);
+    let policy = json(
+        &product,
+        &["get", "networkpolicy", "valkey-ingress", "-n", NAMESPACE],
+    );
+    let policed = &policy["spec"]["podSelector"]["matchLabels"];
+    assert_eq!(pods_selected(&product, &selector(policed)), ours);
+    let peers = &policy["spec"]["ingress"][2]["from"][0]["podSelector"]["matchLabels"];
+    assert_eq!(
+        pods_selected(&product, &selector(peers)),
+        ours,
+        "node to node"
+    );
+
+    // The forced failure-detection window, on every node.
+    for (pod, address) in product.addresses(NAMESPACE, "orders") {
+        assert_eq!(node_timeout(&address).await, "5000", "{pod}");
+    }
+
+    // How nodes joined: a scale-out's shard, then a roll's replicas and its retirements.
+    let nodes = json(&product, &["get", "valkeynodes", "-n", NAMESPACE]);
+    for node in nodes["items"].as_array().unwrap() {
+        let join = node["metadata"]["labels"]["valkey.gomomento.com/join-type"].as_str();
+        let replica =
+            node["metadata"]["annotations"]["valkey.gomomento.com/replica-of"].is_string();
+        let expected = replica.then_some("replica");
+        assert_eq!(join, expected, "a first node: {node}");
+    }
+    let watch = NodeWatch::start(&product);
+    product.patch(
+        "valkeycluster/orders",
+        Some(NAMESPACE),
+        r#"{"spec": {"shards": 3}}"#,
+    );
+    product
+        .wait_converged(&[(NAMESPACE, "orders")], "9.0.0", Duration::from_secs(240))
+        .await;
+    product.patch(
+        "valkeyconfig/sized",
+        None,
+        r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
+    );
+    product
+        .wait_converged(&[(NAMESPACE, "orders")], "9.1.2", Duration::from_secs(300))
+        .await;
+    let seen = watch.stop();
+    let label = |node: &Value| {
+        node["metadata"]["labels"]["valkey.gomomento.com/join-type"]
+            .as_str()
+            .map(String::from)
+    };
+    let of_shard_2: Vec<&Value> = seen
+        .iter()
+        .filter(|n| n["spec"]["shard"] == 2 && n["spec"]["version"] == "9.0.0")
+        .collect();
+    let first_of_shard_2 = of_shard_2
+        .iter()
+        .find(|n| n["metadata"]["annotations"]["valkey.gomomento.com/replica-of"].is_null())
+        .expect("the new shard's primary was seen");
+    let primary = first_of_shard_2["metadata"]["name"].clone();
+    let versions: Vec<(Option<String>, Value)> = of_shard_2
+        .iter()
+        .filter(|n| n["metadata"]["name"] == primary)
+        .map(|n| (label(n), n["status"]["lifecycle"].clone()))
+        .collect();
+    assert_eq!(
+        versions.first().map(|v| v.0.as_deref()),
+        Some(Some("shard")),
+        "{versions:?}"
+    );
+    assert!(
+        versions
+            .iter()
+            .any(|(join, lifecycle)| join.is_none() && lifecycle == "Active"),
+        "the label goes once Active: {versions:?}"
+    );
+    let leaving: BTreeSet<String> = seen
+        .iter()
+        .filter(|n| n["status"]["lifecycle"] == "Leaving")
+        .map(|n| n["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    let rolled: BTreeSet<String> = seen
+        .iter()
+        .filter(|n| n["spec"]["version"] == "9.0.0")
+        .map(|n| n["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        leaving, rolled,
+        "every node the roll retired was Leaving first"
+    );
+    let replaced = seen
+        .iter()
+        .filter(|n| n["spec"]["version"] == "9.1.2")
+        .all(|n| label(n).as_deref() == Some("replica"));
+    assert!(replaced, "a roll's new nodes join as replicas");
+}
