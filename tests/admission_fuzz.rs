@@ -1344,6 +1344,7 @@ fn config_spec_strategy() -> impl Strategy<Value = ValkeyConfigSpec> {
                     max_concurrent,
                     ..Default::default()
                 }),
+                acl: None,
             },
         )
 }

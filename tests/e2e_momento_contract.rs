@@ -8,7 +8,11 @@
 //!   NetworkPolicy example select exactly those Pods;
 //! - every node runs `cluster-node-timeout` 5000, and a config may not set it;
 //! - a scale-out's new shard is labelled `join-type: shard` until it is `Active`, a replica
-//!   `join-type: replica`; a roll shows each retired node `Leaving` before it goes.
+//!   `join-type: replica`; a roll shows each retired node `Leaving` before it goes;
+//! - Momento's documented examples apply unchanged (`--dry-run=server`, then for real), with a
+//!   role `subcommand`, a permission's `channels` and keys' default access; the user a
+//!   ValkeyConfig's `acl` defines logs in on every node of every cluster of that config, a
+//!   cluster's own user only on its own, and a cluster may not reuse the config's usernames.
 
 use std::collections::BTreeSet;
 use std::process::{Child, Stdio};
@@ -309,4 +313,162 @@ async fn momentos_labels_settings_and_status_hold_here() {
         .filter(|n| n["spec"]["version"] == "9.1.2")
         .all(|n| label(n).as_deref() == Some("replica"));
     assert!(replaced, "a roll's new nodes join as replicas");
+}
+
+/// Momento's documented examples (`reference/examples.md`, `reference/api/valkeyconfig.md`), as
+/// printed there but for the password hashes and a role command written Momento's way with a
+/// `subcommand`; the config's `acl` is Momento's platform-level user.
+const MOMENTO_EXAMPLES: &str = r#"
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyImage
+metadata:
+  name: valkey-9-0
+spec:
+  repository: valkey/valkey
+  tag: "9.0.0"
+  version: "9.0.0"
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyRole
+metadata:
+  name: read-write
+spec:
+  categories:
+    - name: read
+      access: allow
+    - name: write
+      access: allow
+  commands:
+    - name: cluster
+      subcommand: slots
+      access: allow
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata:
+  name: standard
+spec:
+  imageRef: valkey-9-0
+  resources:
+    cpu: "1"
+    memory: "2Gi"
+  valkey:
+    maxmemory: "1500mb"
+    maxmemory-policy: "allkeys-lru"
+  acl:
+    - username: platform-user
+      passwordHashes:
+        - PLATFORM_HASH
+      permissions:
+        - roleRef: read-write
+          keys:
+            - pattern: "platform:*"
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata:
+  name: large
+spec:
+  baseRef: standard
+  resources:
+    cpu: "4"
+    memory: "16Gi"
+  valkey:
+    maxmemory: "12gb"
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata:
+  name: my-cluster
+  namespace: my-app
+spec:
+  configRef: standard
+  shards: 2
+  replicasPerShard: 1
+  acl:
+    - username: app-user
+      passwordHashes:
+        - APP_HASH
+      permissions:
+        - roleRef: read-write
+          keys:
+            - pattern: "myapp:*"
+              access: readwrite
+          channels: ["myapp:*"]
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata:
+  name: other-cluster
+  namespace: my-app
+spec:
+  configRef: large
+  shards: 1
+  replicasPerShard: 0
+"#;
+
+/// Logs in as `username` on every node of the cluster, or says where it could not.
+async fn logs_in_everywhere(
+    product: &Product,
+    cluster: &str,
+    username: &str,
+) -> Result<(), String> {
+    let login = valkey_operator::credentials::Credentials {
+        username: username.into(),
+        password: format!("{username}'s password"),
+    };
+    for (pod, address) in product.addresses(NAMESPACE, cluster) {
+        let timeout = Duration::from_secs(2);
+        valkey_operator::valkey::NodeClient::connect_as(&address, timeout, Some(&login))
+            .await
+            .map_err(|e| format!("{cluster}/{pod} as {username}: {e}"))?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn momentos_examples_apply_and_a_config_level_user_logs_in_on_every_cluster() {
+    let product = Product::start(None, &[]).await;
+    product.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: my-app}\n");
+    let hash =
+        |user: &str| valkey_operator::acl::password_hash(format!("{user}'s password").as_bytes());
+    let examples = MOMENTO_EXAMPLES
+        .replace("PLATFORM_HASH", &hash("platform-user"))
+        .replace("APP_HASH", &hash("app-user"));
+    let (dry, said) =
+        product.try_kubectl(&["apply", "--dry-run=server", "-f", "-"], Some(&examples));
+    assert!(dry, "{said}");
+    product.apply(&examples);
+    let clusters = [(NAMESPACE, "my-cluster"), (NAMESPACE, "other-cluster")];
+    product
+        .wait_converged(&clusters, "9.0.0", Duration::from_secs(240))
+        .await;
+    for (_, cluster) in clusters {
+        eventually(
+            format!("the config's user logs in on every node of {cluster}"),
+            Duration::from_secs(30),
+            async || logs_in_everywhere(&product, cluster, "platform-user").await,
+        )
+        .await;
+    }
+    logs_in_everywhere(&product, "my-cluster", "app-user")
+        .await
+        .unwrap();
+    // The cluster's own user is on its own cluster only.
+    assert!(
+        logs_in_everywhere(&product, "other-cluster", "app-user")
+            .await
+            .is_err()
+    );
+    // A cluster may not take a name the config gives every cluster.
+    let (taken, said) = product.try_kubectl(
+        &["patch", "valkeycluster", "other-cluster", "-n", NAMESPACE, "--type", "merge", "-p",
+          r#"{"spec": {"acl": [{"username": "platform-user", "passwordHashes": [], "permissions": []}]}}"#],
+        None,
+    );
+    assert!(!taken, "{said}");
+    assert!(
+        said.contains("defined by the acl of ValkeyConfig large"),
+        "{said}"
+    );
 }

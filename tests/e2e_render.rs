@@ -87,6 +87,7 @@ async fn a_rendered_node_runs_and_goes_with_its_cluster() {
             ("save".to_string(), String::new()),
         ]
         .into(),
+        acl: Vec::new(),
     };
     let render = ClusterRender {
         cluster: &cluster,

@@ -3,11 +3,10 @@
 //! switch that changes the image warns of the roll; reserved pod annotations and TLS changes
 //! are refused (the CRD's own rules say the same, this gives the reason too).
 
-use std::collections::BTreeSet;
-
 use kube::core::admission::Operation;
 
 use super::impact::{config_ref_image_change, judge_config_ref_switch};
+use super::users::check_users;
 use super::version::check_floor;
 use super::{Policy, Review, Verdict, clip};
 use crate::acl;
@@ -80,7 +79,7 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet, policy: &
 /// The hard limits and the ACL syntax rules.
 fn spec_problems(name: &str, spec: &ValkeyClusterSpec) -> Vec<Problem> {
     let mut problems = cluster_problems(name, spec);
-    problems.extend(acl_syntax_problems(spec));
+    problems.extend(acl_syntax_problems(&spec.acl));
     problems
 }
 
@@ -97,35 +96,19 @@ fn check_pod_annotations(spec: &ValkeyClusterSpec, verdict: &mut Verdict) {
     }
 }
 
-/// Each user once, never `default`; a role that does not exist yet only warns.
+/// The cluster's users as every `spec.acl` is checked, and none under a name its config's
+/// `acl` already gives a user (the platform's user would stand, this one would never be written).
 fn check_acl(spec: &ValkeyClusterSpec, fleet: &Fleet, verdict: &mut Verdict) {
-    let mut usernames = BTreeSet::new();
+    check_users(&spec.acl, fleet, verdict);
+    let Ok(effective) = resolve::resolve(&spec.config_ref, fleet) else {
+        return;
+    };
     for (index, user) in spec.acl.iter().enumerate() {
-        if !usernames.insert(user.username.as_str()) {
+        if effective.acl.iter().any(|p| p.username == user.username) {
             verdict.deny(format!(
-                "spec.acl: user {:?} is listed twice; give each user one entry",
-                user.username
+                "spec.acl[{index}].username: user {:?} is defined by the acl of ValkeyConfig {} (through baseRef: {}) for every cluster using it; name this cluster's user differently",
+                user.username, spec.config_ref, effective.chain
             ));
-        }
-        // The operator itself connects as `default`; rewriting it would lock the operator out.
-        if user.username == acl::DEFAULT_USER {
-            verdict.deny(format!(
-                "spec.acl[{index}].username: {:?} is Valkey's built-in user, which the operator uses and leaves alone; name your user differently",
-                acl::DEFAULT_USER
-            ));
-        } else if acl::is_reserved(&user.username) {
-            verdict.deny(format!(
-                "spec.acl[{index}].username: {:?} is reserved for the operator's own user; name your user differently",
-                user.username
-            ));
-        }
-        for (granted, permission) in user.permissions.iter().enumerate() {
-            if fleet.role(&permission.role_ref).is_none() {
-                verdict.warn(clip(format!(
-                    "spec.acl[{index}].permissions[{granted}].roleRef: ValkeyRole {} does not exist; user {} is not applied until it does.",
-                    permission.role_ref, user.username
-                )));
-            }
         }
     }
 }

@@ -75,6 +75,31 @@ fn cluster_reserved_annotations_and_tls_changes_are_refused() {
 }
 
 #[test]
+fn a_cluster_may_not_redefine_a_user_its_config_gives_every_cluster() {
+    let mut fleet = fleet();
+    let user = |username: &str| AclUser {
+        username: username.into(),
+        password_hashes: vec![],
+        password_secret_ref: None,
+        permissions: vec![],
+    };
+    let mut platform = config_spec(Some("valkey-9-0-0"), None);
+    platform.acl = Some(vec![user("app")]);
+    fleet.upsert_config("standard", platform);
+    let mut new = cluster("team-a", "orders", "large");
+    new.spec.acl = vec![user("mine"), user("app")];
+    let verdict = validate_cluster(
+        &review(Operation::Create, "orders", Some(&new), None),
+        &fleet,
+        &Policy::default(),
+    );
+    assert_eq!(
+        joined(&verdict),
+        "spec.acl[1].username: user \"app\" is defined by the acl of ValkeyConfig large (through baseRef: large → standard) for every cluster using it; name this cluster's user differently"
+    );
+}
+
+#[test]
 fn acl_users_leave_default_alone_and_missing_roles_warn() {
     let mut fleet = fleet();
     fleet.upsert_role("reader", ValkeyRoleSpec::default());

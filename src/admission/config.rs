@@ -7,8 +7,10 @@ use kube::core::admission::Operation;
 
 use super::effects::{cluster_effects, warn_effects};
 use super::impact::{config_image_change, judge_config_change, pacing};
+use super::users::check_users;
 use super::version::check_floor;
 use super::{Policy, Review, Verdict, clip, plural, some_of};
+use crate::api::bounds::acl_syntax_problems;
 use crate::api::bounds::config_problems;
 use crate::api::{ValkeyConfig, ValkeyConfigSpec, annotations};
 use crate::fleet::Fleet;
@@ -51,6 +53,7 @@ fn validate_spec(
         return;
     }
     check_setting_names(&config.spec, verdict);
+    check_platform_users(&config.spec, fleet, verdict);
     if !check_chains(name, &config.spec, fleet, verdict) {
         return;
     }
@@ -62,6 +65,25 @@ fn validate_spec(
         }
         Operation::Create => warn_waiting_clusters(name, fleet, verdict),
         _ => {}
+    }
+}
+
+/// The platform's users as every `spec.acl` is checked, by password hash only: a config is in
+/// no namespace, so there is no Secret a `passwordSecretRef` could name.
+fn check_platform_users(spec: &ValkeyConfigSpec, fleet: &Fleet, verdict: &mut Verdict) {
+    let Some(users) = &spec.acl else {
+        return;
+    };
+    for problem in acl_syntax_problems(users) {
+        verdict.deny(problem.to_string());
+    }
+    check_users(users, fleet, verdict);
+    for (index, user) in users.iter().enumerate() {
+        if user.password_secret_ref.is_some() {
+            verdict.deny(format!(
+                "spec.acl[{index}].passwordSecretRef: a ValkeyConfig's users take passwordHashes only (a config belongs to no namespace a Secret could be read from); put the user in each cluster's spec.acl to use a Secret"
+            ));
+        }
     }
 }
 

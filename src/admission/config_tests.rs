@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::admission::fixtures::*;
+use crate::api::{AclUser, SecretKeyRef};
 
 #[test]
 fn config_settings_owned_by_the_operator_are_refused() {
@@ -27,6 +28,40 @@ fn config_settings_owned_by_the_operator_are_refused() {
         joined(&verdict),
         "spec.valkey: cluster-announce-ip, cluster-node-timeout, port are set by the operator on every node and cannot be configured; remove them"
     );
+}
+
+#[test]
+fn platform_users_are_checked_and_take_hashes_only() {
+    let fleet = fleet();
+    let user = |name: &str, secret: bool| AclUser {
+        username: name.into(),
+        password_hashes: vec![],
+        password_secret_ref: secret.then(|| SecretKeyRef {
+            name: "app".into(),
+            key: "password".into(),
+        }),
+        permissions: vec![],
+    };
+    let mut spec = config_spec(Some("valkey-9-0-0"), None);
+    spec.acl = Some(vec![
+        user("app", true),
+        user("ops", false),
+        user("ops", false),
+    ]);
+    let object = config("platform", spec);
+    let verdict = validate_config(
+        &review(Operation::Create, "platform", Some(&object), None),
+        &fleet,
+        &Policy::default(),
+    );
+    let said = joined(&verdict);
+    assert!(
+        said.contains(
+            "spec.acl[0].passwordSecretRef: a ValkeyConfig's users take passwordHashes only"
+        ),
+        "{said}"
+    );
+    assert!(said.contains("user \"ops\" is listed twice"), "{said}");
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod image;
 mod impact;
 mod node;
 mod role;
+mod users;
 pub mod version;
 
 pub use cluster::validate_cluster;

@@ -51,8 +51,9 @@ fn check_expansion(name: &str, spec: &ValkeyRoleSpec, fleet: &Fleet, verdict: &m
     };
     let mut over: Vec<String> = fleet
         .clusters_using_role(name)
+        .into_iter()
         .filter_map(|key| {
-            let problems = cost_problems(fleet.cluster_acl_costs(key), with_new);
+            let problems = cost_problems(fleet.cluster_acl_costs(&key), with_new);
             let (index, problem) = problems.into_iter().next()?;
             let field = index.map_or("spec.acl".to_string(), |i| format!("spec.acl[{i}]"));
             Some(format!("ValkeyCluster {key}: {field} {problem}"))

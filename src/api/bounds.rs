@@ -149,9 +149,9 @@ pub fn cluster_problems(name: &str, spec: &ValkeyClusterSpec) -> Vec<Problem> {
 /// quotes or parentheses, and password hashes that are not 64 hex digits. Kept apart from
 /// [`cluster_problems`] because the controller does not stop a cluster for them: it leaves
 /// that user as it is and says so in `AclApplied` (see [`crate::acl`]).
-pub fn acl_syntax_problems(spec: &ValkeyClusterSpec) -> Vec<Problem> {
+pub fn acl_syntax_problems(users: &[AclUser]) -> Vec<Problem> {
     let mut problems = Problems::default();
-    for (index, user) in spec.acl.iter().enumerate().take(MAX_ACL_USERS) {
+    for (index, user) in users.iter().enumerate().take(MAX_ACL_USERS) {
         let at = format!("spec.acl[{index}]");
         for (h, hash) in user
             .password_hashes
@@ -222,6 +222,9 @@ pub fn config_problems(spec: &ValkeyConfigSpec) -> Vec<Problem> {
                 );
             }
         }
+    }
+    if let Some(users) = &spec.acl {
+        check_acl(users, &mut problems);
     }
     if problems.at_most("spec.valkey", spec.valkey.len(), MAX_SETTINGS, "settings") {
         for (name, value) in &spec.valkey {

@@ -9,6 +9,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::AclUser;
+
 /// A configuration profile. The effective config is the `baseRef` chain merged root first: a
 /// child's field overrides its base's and `valkey` settings merge key by key.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -55,6 +57,13 @@ pub struct ValkeyConfigSpec {
     /// `baseRef`) that have no nearer config with a policy of its own. Unset: all at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutPolicy>,
+    /// Platform-level users, on every cluster resolving through this config: a config's own
+    /// list replaces its base's (leave it out to inherit; `[]` for none). Passwords by hash
+    /// only (a config is in no namespace a Secret could be read from). A cluster's `spec.acl`
+    /// adds users beside these and may not reuse their names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub acl: Option<Vec<AclUser>>,
 }
 
 /// A fleet rollout policy, the platform's: which clusters go first (`waves`), how many roll at

@@ -44,6 +44,7 @@ fn effective(version: &str) -> EffectiveConfig {
             ("maxmemory".to_string(), "768mb".to_string()),
             ("databases".to_string(), "16".to_string()),
         ]),
+        acl: Vec::new(),
     }
 }
 

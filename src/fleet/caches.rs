@@ -138,10 +138,7 @@ impl Indexed for ValkeyRole {
     }
     /// Clusters whose ACL users hold the role: their users are set again, live.
     fn reaches(&self, fleet: &Fleet) -> Vec<ClusterKey> {
-        fleet
-            .clusters_using_role(&self.name_any())
-            .cloned()
-            .collect()
+        fleet.clusters_using_role(&self.name_any())
     }
 }
 

@@ -258,9 +258,29 @@ impl Fleet {
         self.role(name).map(crate::acl::role_cost)
     }
 
-    /// Clusters with an ACL user granted this role.
-    pub fn clusters_using_role(&self, role: &str) -> impl Iterator<Item = &ClusterKey> {
-        self.clusters_by_role.get(role).into_iter().flatten()
+    /// Clusters with an ACL user granted this role: by their own `spec.acl`, or by the `acl`
+    /// of a config they resolve through (all of that config's clusters: one whose nearer config
+    /// replaces the list is woken for nothing, which costs a pass). Sorted.
+    pub fn clusters_using_role(&self, role: &str) -> Vec<ClusterKey> {
+        let mut clusters: BTreeSet<ClusterKey> = self
+            .clusters_by_role
+            .get(role)
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        for (name, spec) in &self.configs {
+            let grants = spec
+                .acl
+                .iter()
+                .flatten()
+                .flat_map(|user| &user.permissions)
+                .any(|permission| permission.role_ref == role);
+            if grants {
+                clusters.extend(self.clusters_resolving_through(name));
+            }
+        }
+        clusters.into_iter().collect()
     }
 
     /// The config a cluster names in `configRef`.

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::api::{NodeResources, ValkeyConfigSpec, ValkeyImageSpec};
+use crate::api::{AclUser, NodeResources, ValkeyConfigSpec, ValkeyImageSpec};
 
 /// The longest `baseRef` chain accepted, counting the config itself.
 pub const MAX_CHAIN_DEPTH: usize = 10;
@@ -87,6 +87,8 @@ pub struct EffectiveConfig {
     pub image: ResolvedImage,
     pub resources: NodeResources,
     pub valkey: BTreeMap<String, String>,
+    /// The platform's users: the `acl` of the nearest config in the chain that sets one.
+    pub acl: Vec<AclUser>,
 }
 
 /// Walks `name`'s `baseRef` chain, child first, checking for cycles, depth and missing configs.
@@ -133,6 +135,10 @@ pub fn resolve(
     let mut image_ref = None;
     let mut resources = NodeResources::default();
     let mut valkey = BTreeMap::new();
+    let acl = chain
+        .iter()
+        .find_map(|(_, spec)| spec.acl.clone())
+        .unwrap_or_default();
     for (_, spec) in chain.iter().rev() {
         if let Some(image) = &spec.image_ref {
             image_ref = Some(image.clone());
@@ -164,6 +170,7 @@ pub fn resolve(
         },
         resources,
         valkey,
+        acl,
     })
 }
 
@@ -206,7 +213,37 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             rollout: None,
+            acl: None,
         }
+    }
+
+    #[test]
+    fn the_nearest_config_with_users_gives_them_all() {
+        let user = |name: &str| crate::api::AclUser {
+            username: name.into(),
+            password_hashes: vec![],
+            password_secret_ref: None,
+            permissions: vec![],
+        };
+        let mut fleet = Fleet::default();
+        fleet.upsert_image("v9", image("9.0.0"));
+        let mut root = config(Some("v9"), None, &[]);
+        root.acl = Some(vec![user("app"), user("ops")]);
+        fleet.upsert_config("root", root);
+        fleet.upsert_config("inherits", config(None, Some("root"), &[]));
+        let mut replaces = config(None, Some("root"), &[]);
+        replaces.acl = Some(vec![user("batch")]);
+        fleet.upsert_config("replaces", replaces);
+        let mut clears = config(None, Some("root"), &[]);
+        clears.acl = Some(vec![]);
+        fleet.upsert_config("clears", clears);
+        let names = |config: &str| -> Vec<String> {
+            let effective = resolve(config, &fleet).unwrap();
+            effective.acl.into_iter().map(|u| u.username).collect()
+        };
+        assert_eq!(names("inherits"), ["app", "ops"]);
+        assert_eq!(names("replaces"), ["batch"], "replaced, not merged");
+        assert!(names("clears").is_empty());
     }
 
     #[test]

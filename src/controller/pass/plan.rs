@@ -11,8 +11,8 @@ use serde_json::json;
 
 use crate::acl::AclError;
 use crate::acl::{self};
-use crate::api::ValkeyCluster;
 use crate::api::annotations::RETRY_FAILOVERS;
+use crate::api::{AclUser, ValkeyCluster};
 use crate::controller::error::Error;
 use crate::controller::events::{ClusterEvent, publish};
 use crate::controller::host::KubeHost;
@@ -73,7 +73,8 @@ pub async fn plan(
         .roll_progress(&pass.namespace, &pass.key.name, &progress);
     tracing::info!(cluster = %pass.key.name, namespace = %pass.namespace, %step, "planned");
     let system = seen.login.credentials.system_users();
-    let (users, unbuilt) = desired_acl(&ctx.fleet, cluster, &seen.passwords, system);
+    let platform = &render.effective.acl;
+    let (users, unbuilt) = desired_acl(&ctx.fleet, platform, cluster, &seen.passwords, system);
     Ok(Planned {
         observed,
         desired,
@@ -122,10 +123,13 @@ async fn allow_more_failovers(
     Ok(())
 }
 
-/// The cluster's users as `ACL SETUSER` rules, with the operator's own (`system`), and why each
-/// user that could not be built was not (that user is left as it is on the nodes).
+/// The cluster's users as `ACL SETUSER` rules: the platform's (its config's `acl`), then its
+/// own, with the operator's (`system`); and why each user that could not be built was not
+/// (that user is left as it is on the nodes). A cluster's user that reuses a platform user's
+/// name is not written: the platform's stands.
 pub fn desired_acl(
     fleet: &RwLock<Fleet>,
+    platform: &[AclUser],
     cluster: &ValkeyCluster,
     passwords: &PasswordHashes,
     system: SystemUsers,
@@ -134,8 +138,21 @@ pub fn desired_acl(
     let mut desired = DesiredAcl::none();
     desired.system = Some(system);
     let mut problems = Vec::new();
-    let too_large = too_large(&cluster.spec.acl, &fleet);
-    for (index, user) in cluster.spec.acl.iter().enumerate() {
+    let (own, shadowing): (Vec<&AclUser>, Vec<&AclUser>) = cluster
+        .spec
+        .acl
+        .iter()
+        .partition(|user| !platform.iter().any(|p| p.username == user.username));
+    for user in shadowing {
+        problems.push(AclError::Invalid {
+            user: user.username.clone(),
+            field: "username".into(),
+            message: "the cluster's ValkeyConfig defines this user; a cluster adds users beside the config's, under other names".into(),
+        });
+    }
+    let users: Vec<AclUser> = platform.iter().chain(own).cloned().collect();
+    let too_large = too_large(&users, &fleet);
+    for (index, user) in users.iter().enumerate() {
         desired.keep.insert(user.username.clone());
         if let Some(problem) = too_large.get(&index) {
             problems.push(AclError::TooLarge {
