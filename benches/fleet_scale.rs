@@ -479,13 +479,13 @@ spec: {{imageRef: valkey-never}}
     if size > 0 {
         real_fleet(&product, &clusters, size).await;
     }
-    if let Ok(path) = std::env::var("FLEET_LOG") {
-        std::fs::write(&path, product.operator.log()).unwrap();
-        println!("the operator's log is in {path}");
-    }
     if objects > 0 {
         let before = object_only(&product, &clusters, size, objects).await;
         deleted(&product, &clusters, size, objects, before).await;
+    }
+    if let Ok(path) = std::env::var("FLEET_LOG") {
+        std::fs::write(&path, product.operator.log()).unwrap();
+        println!("the operator's log is in {path}");
     }
     // FLEET_HOLD_SECONDS keeps everything up at the end, e.g. to take a heap profile.
     let hold = setting("FLEET_HOLD_SECONDS", 0);

@@ -115,8 +115,11 @@ async fn lead(
 /// backs off exponentially per cluster.
 fn error_policy(cluster: Arc<ValkeyCluster>, error: &Error, ctx: Arc<Context>) -> Action {
     tracing::warn!(cluster = %cluster.name_any(), category = error.category(), %error, "reconcile failed");
-    if error.is_invalid() {
+    let key = ClusterKey::of(&cluster);
+    // A deleted cluster's last pass failing (its finalizer already gone) is no reason to keep
+    // a backoff for it.
+    if error.is_invalid() || ctx.memory.cluster_cache.gone(&key) {
         return Action::await_change();
     }
-    Action::requeue(ctx.memory.backoff.failed(&ClusterKey::of(&cluster)))
+    Action::requeue(ctx.memory.backoff.failed(&key))
 }

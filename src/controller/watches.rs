@@ -106,6 +106,11 @@ fn clusters(
         if let Ok(event) = event {
             delivered.memory.cluster_cache.delivered(event);
         }
+        // Gone from the API server: its cleanup pass forgot it already, but what ran after
+        // (an error's backoff, a pass's settling, a late watch event) may have put some back.
+        if let Ok(watcher::Event::Delete(cluster)) = event {
+            delivered.memory.forget_deleted(&ClusterKey::of(cluster));
+        }
     })
     .applied_objects()
     .predicate_filter(changed_by_person, PredicateConfig::default())
@@ -174,7 +179,9 @@ fn secrets(
 /// The cluster a watch event reaches, unsettled first (see [`crate::controller::memory::settled`]):
 /// the pass the event wakes is a full one.
 fn woken(context: &Context, key: ClusterKey) -> ObjectRef<ValkeyCluster> {
-    context.memory.settled.unsettle(&key);
+    if !context.memory.cluster_cache.gone(&key) {
+        context.memory.settled.unsettle(&key);
+    }
     ObjectRef::new(&key.name).within(&key.namespace)
 }
 
@@ -292,7 +299,9 @@ where
                 Ok(watcher::Event::Delete(object)) => {
                     if let Some(cluster) = controlling_cluster(&object) {
                         context.memory.applied_owned.forget(&cluster);
-                        context.memory.settled.unsettle(&cluster);
+                        if !context.memory.cluster_cache.gone(&cluster) {
+                            context.memory.settled.unsettle(&cluster);
+                        }
                     }
                     Some(Ok(object))
                 }

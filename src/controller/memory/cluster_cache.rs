@@ -113,6 +113,21 @@ impl ClusterCache {
         book.store.as_ref()?.get(&reference)
     }
 
+    /// Whether the cluster is known to be gone: the watch has listed every cluster and its
+    /// store does not hold this one (nor a write of the operator's). A late event or a failed
+    /// pass of a deleted cluster then leaves nothing in memory for it.
+    pub fn gone(&self, key: &ClusterKey) -> bool {
+        let book = self.book();
+        let Some(store) = book.store.as_ref() else {
+            return false;
+        };
+        let reference = ObjectRef::new(&key.name).within(&key.namespace);
+        // A store not yet listed (`wait_until_ready` pending) knows nothing: not gone.
+        !store.state().is_empty()
+            && store.get(&reference).is_none()
+            && !book.pending.contains_key(key)
+    }
+
     /// A pass read the cluster from the API server at `version`: if the store shows the same
     /// version, it has caught up, and nothing is pending.
     pub fn read(&self, key: &ClusterKey, version: Option<&str>) {

@@ -137,6 +137,14 @@ impl Memory {
         }
     }
 
+    /// The cluster is gone from the API server: [`Self::forget`], and say what is still kept.
+    pub fn forget_deleted(&self, cluster: &ClusterKey) {
+        self.forget(cluster);
+        let remembered = self.clusters().len();
+        let per_memory = self.clusters_per_part();
+        tracing::info!(%cluster, remembered, ?per_memory, "forgot a deleted cluster");
+    }
+
     /// A new term of leadership begins.
     pub fn reset(&self) {
         for part in self.parts() {
@@ -152,6 +160,16 @@ impl Memory {
             .iter()
             .filter(|part| part.clusters().contains(cluster))
             .count()
+    }
+
+    /// How many clusters each memory keeps something for, in the order of [`Self::parts`]: what
+    /// a "forgot a deleted cluster" log line shows, so a memory that keeps deleted clusters is
+    /// named by its place.
+    pub fn clusters_per_part(&self) -> Vec<usize> {
+        self.parts()
+            .iter()
+            .map(|part| part.clusters().len())
+            .collect()
     }
 
     /// The clusters any memory keeps something for.

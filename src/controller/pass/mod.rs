@@ -179,8 +179,6 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     };
     publish(&ctx.recorder, cluster, &deleted).await;
     ctx.metrics.forget_cluster(&namespace, &cluster.name_any());
-    ctx.memory.forget(&ClusterKey::of(cluster));
-    let remembered = ctx.memory.clusters().len();
-    tracing::info!(cluster = %cluster.name_any(), remembered, "forgot a deleted cluster");
+    ctx.memory.forget_deleted(&ClusterKey::of(cluster));
     Ok(Action::await_change())
 }
