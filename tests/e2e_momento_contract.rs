@@ -19,8 +19,9 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use harness::eventually;
+use harness::k8s::chart::get_json;
 use harness::k8s::{IMAGES, Product};
-use harness::valkey::logins::{admin_login, url};
+use harness::valkey::config_get;
 use serde_json::Value;
 
 const NAMESPACE: &str = "my-app";
@@ -77,9 +78,7 @@ spec:
 "#;
 
 fn json(product: &Product, args: &[&str]) -> Value {
-    let mut args = args.to_vec();
-    args.extend(["-o", "json"]);
-    serde_json::from_str(&product.kubectl(&args)).unwrap()
+    get_json(&product.plane, args)
 }
 
 /// Names of the Pods a label selector finds in the namespace.
@@ -134,19 +133,6 @@ impl NodeWatch {
             .map_while(Result::ok)
             .collect()
     }
-}
-
-async fn node_timeout(address: &str) -> String {
-    let login = admin_login(address, Duration::from_secs(2)).await.unwrap();
-    let client = redis::Client::open(url(address, login.as_ref())).unwrap();
-    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
-    let reply: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("cluster-node-timeout")
-        .query_async(&mut connection)
-        .await
-        .unwrap();
-    reply.get(1).cloned().unwrap_or_default()
 }
 
 #[tokio::test]
@@ -234,7 +220,8 @@ async fn momentos_labels_settings_and_status_hold_here() {
 
     // The forced failure-detection window, on every node.
     for (pod, address) in product.addresses(NAMESPACE, "orders") {
-        assert_eq!(node_timeout(&address).await, "5000", "{pod}");
+        let timeout = config_get(&address, "cluster-node-timeout").await;
+        assert_eq!(timeout.as_deref(), Ok("5000"), "{pod}");
     }
 
     // How nodes joined: a scale-out's shard, then a roll's replicas and its retirements.

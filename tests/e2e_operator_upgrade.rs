@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use harness::eventually;
 use harness::k8s::{ClusterWatch, IMAGES, Product, ProductOptions};
-use harness::valkey::logins::{admin_login, url};
+use harness::valkey::config_get;
 use serde_json::Value;
 
 /// The release upgraded from: main before this contract (its binary is built once from this
@@ -72,17 +72,10 @@ fn pods(product: &Product) -> BTreeMap<String, String> {
         .collect()
 }
 
-async fn node_timeout(address: &str) -> Option<String> {
-    let login = admin_login(address, Duration::from_secs(2)).await.ok()?;
-    let client = redis::Client::open(url(address, login.as_ref())).ok()?;
-    let mut connection = client.get_multiplexed_async_connection().await.ok()?;
-    let reply: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("cluster-node-timeout")
-        .query_async(&mut connection)
-        .await
-        .ok()?;
-    reply.get(1).cloned()
+/// The Service's selector, as `kubectl` prints it.
+fn service_selector(product: &Product) -> String {
+    let jsonpath = "jsonpath={.spec.selector}";
+    product.kubectl(&["get", "service", "ledger", "-n", NAMESPACE, "-o", jsonpath])
 }
 
 #[tokio::test]
@@ -100,25 +93,14 @@ async fn an_operator_upgrade_brings_a_running_cluster_to_the_contract_in_place()
         .await;
     let before = pods(&product);
     assert_eq!(before.len(), 4, "{before:?}");
-    let old_selector = product.kubectl(&[
-        "get",
-        "service",
-        "ledger",
-        "-n",
-        NAMESPACE,
-        "-o",
-        "jsonpath={.spec.selector}",
-    ]);
+    let old_selector = service_selector(&product);
     assert!(
         !old_selector.contains("app.kubernetes.io/instance"),
         "{old_selector}"
     );
     for address in product.addresses(NAMESPACE, "ledger").values() {
-        assert_eq!(
-            node_timeout(address).await.as_deref(),
-            Some("15000"),
-            "{address}"
-        );
+        let timeout = config_get(address, "cluster-node-timeout").await;
+        assert_eq!(timeout.as_deref(), Ok("15000"), "{address}");
     }
     let watch = ClusterWatch::start(&product, NAMESPACE, "ledger").await;
 
@@ -132,15 +114,7 @@ async fn an_operator_upgrade_brings_a_running_cluster_to_the_contract_in_place()
         async || {
             let args = ["get", "pods", "-n", NAMESPACE, "-l", momentos, "-o", "name"];
             let labelled = product.kubectl(&args).lines().count();
-            let selector = product.kubectl(&[
-                "get",
-                "service",
-                "ledger",
-                "-n",
-                NAMESPACE,
-                "-o",
-                "jsonpath={.spec.selector}",
-            ]);
+            let selector = service_selector(&product);
             (labelled == 4 && selector.contains("app.kubernetes.io/instance")).then_some(())
         },
     )
@@ -150,7 +124,7 @@ async fn an_operator_upgrade_brings_a_running_cluster_to_the_contract_in_place()
         Duration::from_secs(60),
         async || {
             for address in product.addresses(NAMESPACE, "ledger").values() {
-                if node_timeout(address).await.as_deref() != Some("5000") {
+                if config_get(address, "cluster-node-timeout").await.as_deref() != Ok("5000") {
                     return Err(format!("{address} not yet"));
                 }
             }

@@ -123,9 +123,7 @@ impl ClusterCache {
         };
         let reference = ObjectRef::new(&key.name).within(&key.namespace);
         // A store not yet listed (`wait_until_ready` pending) knows nothing: not gone.
-        !store.state().is_empty()
-            && store.get(&reference).is_none()
-            && !book.pending.contains_key(key)
+        !store.is_empty() && store.get(&reference).is_none() && !book.pending.contains_key(key)
     }
 
     /// A pass read the cluster from the API server at `version`: if the store shows the same

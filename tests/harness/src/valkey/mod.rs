@@ -67,6 +67,30 @@ pub async fn connect(address: &str) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// A setting as one node runs it (`CONFIG GET`, as the operator's user), or why it could not
+/// be read.
+pub async fn config_get(address: &str, setting: &str) -> Result<String, String> {
+    let login = logins::admin_login(address, Duration::from_secs(2))
+        .await
+        .map_err(|e| e.to_string())?;
+    let client =
+        redis::Client::open(logins::url(address, login.as_ref())).map_err(|e| e.to_string())?;
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    let reply: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(setting)
+        .query_async(&mut connection)
+        .await
+        .map_err(|e| e.to_string())?;
+    reply
+        .get(1)
+        .cloned()
+        .ok_or_else(|| format!("{address} has no setting {setting}"))
+}
+
 /// A connection to one node for the harness's own reads (see [`logins::admin`]).
 pub async fn admin(address: &str) -> NodeClient {
     logins::admin(address, Duration::from_secs(2))
