@@ -488,6 +488,11 @@ async fn the_largest_acl_admission_passes_is_written_within_bounded_memory() {
     );
     let rss_before = product.operator.resident_kib().unwrap();
 
+    // One grant more per user, or one user more: refused, saying the limit (once admission's
+    // index holds the role and the config just applied).
+    product
+        .until_admission_knows(&amplified_cluster("known", 1, 1))
+        .await;
     // One grant more per user, or one user more: refused, saying the limit.
     refused(
         &product,

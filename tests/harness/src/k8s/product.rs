@@ -151,6 +151,26 @@ impl Product {
         must(&self.plane, &["apply", "-f", "-"], Some(yaml))
     }
 
+    /// Waits until a server-side dry run of `yaml` warns of nothing missing: admission answers
+    /// from the operator's watch-fed index, which may lag a `kubectl apply` by a moment on a
+    /// loaded machine, and a test about what admission refuses must not race it.
+    pub async fn until_admission_knows(&self, yaml: &str) {
+        crate::eventually(
+            "admission's index to hold every object the manifest names",
+            std::time::Duration::from_secs(30),
+            async || {
+                let (_, output) =
+                    self.try_kubectl(&["apply", "--dry-run=server", "-f", "-"], Some(yaml));
+                if output.contains("does not exist") {
+                    Err(output)
+                } else {
+                    Ok(())
+                }
+            },
+        )
+        .await;
+    }
+
     /// `kubectl patch KIND NAME [-n NS] --type merge -p PATCH`, which must succeed.
     pub fn patch(&self, kind_name: &str, namespace: Option<&str>, patch: &str) -> String {
         let mut args = vec!["patch", kind_name, "--type", "merge", "-p", patch];
