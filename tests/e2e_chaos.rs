@@ -7,9 +7,11 @@
 //!   over and the operator replaces the node. Lost: at most the writes acknowledged in the last
 //!   moment before the kill (asynchronous replication), never the shard's data set;
 //! - an Eviction of a primary's Pod (the policy/v1 API, as `kubectl drain` sends it): deferred
-//!   with 429 until the operator has handed the shard over (a planned failover), then allowed
-//!   by the PodDisruptionBudget. Nothing lost, a write gap under 1 s;
-//! - an Eviction of a replica's Pod: allowed at once, no primary change;
+//!   with 429 until the operator has handed the shard over (a planned failover) and replaced
+//!   the node, which it then retires itself (the retry finds the Pod gone). Nothing lost, a
+//!   write gap under 1 s;
+//! - an Eviction of a replica's Pod: deferred until a replacement has joined, no primary
+//!   change;
 //! - a primary's Pod deleted by hand: its server stopped for good, so taken over at once;
 //! - a primary's server paused (SIGSTOP) past the node timeout, then resumed: not taken over
 //!   (it may come back), nothing lost;
@@ -176,8 +178,9 @@ async fn measure<F: AsyncFnOnce() -> Instant>(
 }
 
 /// Evicts `pod` through the policy/v1 Eviction API, as `kubectl drain` does: retried on
-/// 429 (every 200 ms here, 5 s in kubectl). Returns the refusals' messages. (kubectl, since
-/// kube's client retries a 429 by itself and would hide the refusals.)
+/// 429 (every 200 ms here, 5 s in kubectl), done once allowed or once the Pod is gone (the
+/// operator retired its node itself). Returns the refusals' messages. (kubectl, since kube's
+/// client retries a 429 by itself and would hide the refusals.)
 async fn evict(product: &Product, pod: &str) -> Vec<String> {
     let path = format!("/api/v1/namespaces/{NAMESPACE}/pods/{pod}/eviction");
     let eviction = format!(
@@ -188,7 +191,7 @@ async fn evict(product: &Product, pod: &str) -> Vec<String> {
     loop {
         let (ok, output) =
             product.try_kubectl(&["create", "--raw", &path, "-f", "-"], Some(&eviction));
-        if ok {
+        if ok || output.contains("NotFound") {
             return refusals;
         }
         assert!(
@@ -276,8 +279,9 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
     assert_eq!(row.primary_changes, [0, 1]);
     rows.insert(2, row);
 
-    // An Eviction of a replica's Pod: the budget allows one disruption of a healthy cluster.
+    // An Eviction of a replica's Pod: deferred until a replacement has joined the shard.
     let victim = replica_of(&product, 0).await;
+    let mut refusals = Vec::new();
     let row = measure(
         &product,
         "Eviction of a replica's Pod",
@@ -285,12 +289,17 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
         "9.0.0",
         async || {
             let at = Instant::now();
-            let refusals = evict(&product, &victim).await;
-            assert!(refusals.is_empty(), "{refusals:?}");
+            refusals = evict(&product, &victim).await;
             at
         },
     )
     .await;
+    assert!(
+        refusals
+            .first()
+            .is_some_and(|m| m.contains("replacing it first")),
+        "the replica's eviction waits for its replacement: {refusals:?}"
+    );
     assert!(row.lost.is_empty(), "{} writes lost", row.lost.len());
     assert_eq!(row.primary_changes, [0, 0]);
     rows.insert(3, row);

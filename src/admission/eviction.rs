@@ -1,12 +1,15 @@
 //! The eviction webhook: drains that cause only planned failovers.
 //!
 //! An Eviction (what `kubectl drain`, a cluster upgrade or the autoscaler send) of the Pod of a
-//! ready Valkey primary with replicas is deferred with `429 Too Many Requests`, the answer every
-//! drain retries, and its ValkeyNode is marked [`HANDOVER_REQUESTED`]. The controller then
-//! hands the shard over to a synced replica with Valkey's clean `CLUSTER FAILOVER` (rule 8 of
-//! `crate::roll::rules`), the Pod becomes a replica, and the drain's next retry goes through
-//! once the PodDisruptionBudget allows it. Everything else (a replica, a Pod that is not ready,
-//! a Pod that is not ours) is left to the budget.
+//! ready Valkey node of a cluster with replicas is deferred with `429 Too Many Requests`, the
+//! answer every drain retries, and its ValkeyNode is marked [`HANDOVER_REQUESTED`]: replace it
+//! before it goes, as a roll would. The controller counts a marked node as outdated: a primary
+//! first hands its shard over to a synced replica with Valkey's clean `CLUSTER FAILOVER` (rule
+//! 8 of `crate::roll::rules`), then a replacement joins the shard (on another Node: the drained
+//! one is cordoned) and syncs, and only then is the marked node retired by the operator itself
+//! (rule 9); the drain's next retry finds its Pod gone. So a drain never takes a shard below
+//! its replica count, nor costs it more than one planned failover. Everything else (a Pod that
+//! is not ready, a Pod that is not ours, a cluster without replicas) is left to the budget.
 //!
 //! Why a webhook on the Eviction: it is the one place every voluntary disruption passes before
 //! the Pod is touched, and it can say "not yet" in a way drains already understand. A preStop
@@ -125,19 +128,18 @@ fn allow(reason: impl Into<String>) -> Decision {
 }
 
 /// Decides about an Eviction. No I/O. The checks, in order: the Pod is the one a ValkeyNode
-/// owns; that node is a primary (as the operator recorded it); the Pod is ready; its cluster
-/// keeps replicas; the Eviction is confirmed real; no earlier request for it has been waiting
-/// longer than [`GIVE_UP_AFTER`]; no other node of its shard was asked to hand over within
-/// [`HANDOVER_INTERVAL`].
+/// owns; the Pod is ready; its cluster keeps replicas; the Eviction is confirmed real; no
+/// earlier request for it has been waiting longer than [`GIVE_UP_AFTER`]; no other node of its
+/// shard was asked to hand over within [`HANDOVER_INTERVAL`].
 pub fn decide(facts: &Facts) -> Decision {
     let Some(node) = facts.node.filter(|node| owns(node, facts.pod)) else {
         return allow("not the Pod of a ValkeyNode");
     };
-    if node.status.as_ref().and_then(|s| s.role) != Some(NodeRole::Primary) {
-        return allow("not a primary");
-    }
     if !is_ready(facts.pod) {
-        return allow("not ready: Valkey fails a dead primary over by itself");
+        return allow(
+            "not ready: it serves nothing to hand over or replace first (Valkey fails a dead \
+             primary over by itself)",
+        );
     }
     let Some(cluster) = facts.cluster else {
         return allow("its ValkeyCluster is gone");
@@ -182,13 +184,23 @@ pub fn decide(facts: &Facts) -> Decision {
             ),
         };
     }
-    Decision::Defer {
-        message: format!(
+    let message = if node.status.as_ref().and_then(|s| s.role) == Some(NodeRole::Primary) {
+        format!(
             "{name} is the primary of shard {shard} of ValkeyCluster {}: the valkey-operator is \
-             handing the shard over to a replica first (a planned failover); retry the eviction \
-             in a few seconds",
+             handing the shard over to a replica first (a planned failover) and replacing the \
+             node before it goes; retry the eviction in a few seconds",
             cluster.name_any()
-        ),
+        )
+    } else {
+        format!(
+            "{name} is a replica of shard {shard} of ValkeyCluster {}: the valkey-operator is \
+             replacing it first (a new replica joins and syncs), then retires it; retry the \
+             eviction in a few seconds",
+            cluster.name_any()
+        )
+    };
+    Decision::Defer {
+        message,
         node: name,
         requested_at,
     }

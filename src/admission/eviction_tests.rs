@@ -116,11 +116,21 @@ fn a_ready_primary_with_replicas_is_deferred_for_a_handover() {
 }
 
 #[test]
-fn replicas_dead_primaries_strangers_and_lone_primaries_are_left_to_the_budget() {
+fn a_ready_replica_is_deferred_until_it_is_replaced() {
+    let (p, c) = (pod(true), cluster(1));
+    let replica = valkey_node("orders-0-a1b2c", NodeRole::Replica, None);
+    let decision = decide(&facts(&p, Some(&c), Some(&replica)));
+    assert!(
+        matches!(&decision, Decision::Defer { message, .. } if message.contains("replacing it first")),
+        "{decision:?}"
+    );
+    assert_eq!(deferred_at(decision), now());
+}
+
+#[test]
+fn dead_nodes_strangers_and_clusters_without_replicas_are_left_to_the_budget() {
     let (c, n) = (cluster(1), node(None));
     let allowed = |f: Facts| matches!(decide(&f), Decision::Allow { .. });
-    let replica = valkey_node("orders-0-a1b2c", NodeRole::Replica, None);
-    assert!(allowed(facts(&pod(true), Some(&c), Some(&replica))));
     assert!(allowed(facts(&pod(false), Some(&c), Some(&n))));
     // A Pod its node does not own (another of that name, or none at all): not ours.
     let mut stranger = pod(true);
@@ -144,7 +154,7 @@ fn labels_say_nothing_only_the_operators_records_do() {
     let replica = valkey_node("orders-0-a1b2c", NodeRole::Replica, None);
     assert!(matches!(
         decide(&facts(&labelled, Some(&c), Some(&replica))),
-        Decision::Allow { .. }
+        Decision::Defer { message, .. } if message.contains("is a replica of shard")
     ));
     // And no label at all on a primary's Pod: still the primary.
     assert_eq!(

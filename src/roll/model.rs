@@ -137,8 +137,9 @@ pub struct ObservedNode {
     /// It let the operator in, then answered in a way the operator cannot read (an unexpected
     /// reply, a refused command): unreachable, but not silent, so never taken for dead.
     pub unreadable: bool,
-    /// Its Pod is about to go (an Eviction was deferred while it is a primary): hand its shard
-    /// to a replica first, so clients see a planned failover instead of Valkey's detection.
+    /// Its Pod is about to go (an Eviction was deferred): as a primary it hands its shard to a
+    /// replica first, so clients see a planned failover instead of Valkey's detection, and it
+    /// counts as outdated, so a replacement joins before it is retired.
     pub handover_requested: bool,
     /// Its server has stopped for good and will never answer again (its Pod terminated or is
     /// gone; Pods are never restarted in place). Unlike a node that merely does not answer
@@ -169,8 +170,10 @@ impl ObservedNode {
         self.slots.iter().map(SlotRange::count).sum()
     }
 
+    /// Of the desired revision, and staying: a node asked to go (deleted by hand, or its Pod
+    /// being evicted) is replaced before it is retired, as an outdated one is.
     pub fn is_up_to_date(&self, desired: &DesiredShape) -> bool {
-        self.revision == desired.revision && !self.leaving
+        self.revision == desired.revision && !self.leaving && !self.handover_requested
     }
 }
 

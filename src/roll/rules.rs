@@ -26,8 +26,8 @@
 //!    or a running atomic slot migration: wait.
 //! 8. A primary whose Pod is being evicted, or whose ValkeyNode was deleted by hand, hands its
 //!    shard over to its most caught-up synced replica (up-to-date ones first; never one that is
-//!    itself leaving). A node deleted by hand counts as outdated from then on (rule 9 replaces
-//!    it before retiring it).
+//!    itself leaving). A node being evicted or deleted by hand counts as outdated from then on
+//!    (rule 9 replaces it before retiring it).
 //! 9. Replicas, one shard at a time (a shard already being rolled goes first), replacing before
 //!    retiring, exactly as the upgrade guide describes:
 //!    join an up-to-date replica while the shard is at or below its target and something is

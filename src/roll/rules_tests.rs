@@ -668,6 +668,31 @@ fn a_node_deleted_by_hand_is_replaced_before_it_goes_and_hands_its_shard_over() 
 }
 
 #[test]
+fn an_evicted_replica_is_replaced_before_it_is_retired() {
+    // A drain of the replica's Node: the shard keeps its one replica throughout.
+    let desired = shape(1, 1, OLD);
+    let memory = RollMemory::default();
+    let mut nodes = one_shard();
+    nodes[1].handover_requested = true;
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        Step::JoinReplica {
+            shard: 0,
+            primary: "p0".into(),
+        }
+    );
+    // The replacement synced and active: now the evicted one goes.
+    let mut replacement = replica("r1", 0);
+    replacement.sync = Some(synced(100));
+    nodes.push(replacement);
+    let step = plan(&desired, &nodes, &memory);
+    assert!(
+        matches!(&step, Step::RetireNode { node, .. } if node == "r0"),
+        "{step}"
+    );
+}
+
+#[test]
 fn a_new_joiner_that_died_is_replaced_at_once_but_not_without_end() {
     let mut joiner = replica("j0", 0);
     joiner.revision = NEW.into();
