@@ -3,7 +3,7 @@
 #   docker build -t <registry>/valkey-operator:0.1.0 .
 # (Not built in this repository's CI: there is no container engine on the build machines.)
 
-FROM rust:1.89-bookworm AS build
+FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

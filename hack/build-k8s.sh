@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds (or reuses) the real control-plane binaries the tests and `make dev` run:
 # etcd, kube-apiserver, kube-controller-manager, kubectl and helm, from the Go
-# modules under tests/tools/. Prints the bin directory on stdout.
+# modules under tests/tools/, and the node's kube-scheduler and kubelet from the same
+# Kubernetes module (the real test nodes, tests/testenv/src/node/). Prints the bin
+# directory on stdout.
 #
 # The cache key is a hash of the module files, so editing a go.mod/go.sum builds
 # into a fresh directory and an unchanged module is never rebuilt:
@@ -14,7 +16,7 @@ HELM_VERSION=v3.22.0
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools_dir="$repo_root/tests/tools"
 cache_root="${VALKEY_OPERATOR_CACHE:-$HOME/.cache/valkey-operator}/k8s"
-binaries=(etcd kube-apiserver kube-controller-manager kubectl helm)
+binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl helm)
 
 key=$(cd "$tools_dir" && cat k8s/go.mod k8s/go.sum k8s/tools.go etcd/go.mod etcd/go.sum etcd/tools.go \
 	helm/go.mod helm/go.sum helm/tools.go | sha256sum | cut -c1-16)
@@ -58,10 +60,12 @@ done
 echo "build-k8s.sh: building etcd into $bin_dir" >&2
 (cd "$tools_dir/etcd" && go build -trimpath -ldflags "-s -w" -o "$staging/etcd" go.etcd.io/etcd/server/v3)
 
-echo "build-k8s.sh: building kube-apiserver, kube-controller-manager, kubectl $K8S_VERSION (slow: ~20 min on 2 cores)" >&2
+echo "build-k8s.sh: building kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl $K8S_VERSION (slow: ~25 min on 2 cores)" >&2
 (cd "$tools_dir/k8s" && go build -trimpath -ldflags "$k8s_ldflags" -o "$staging/" \
 	k8s.io/kubernetes/cmd/kube-apiserver \
 	k8s.io/kubernetes/cmd/kube-controller-manager \
+	k8s.io/kubernetes/cmd/kube-scheduler \
+	k8s.io/kubernetes/cmd/kubelet \
 	k8s.io/kubernetes/cmd/kubectl)
 
 echo "build-k8s.sh: building helm $HELM_VERSION" >&2

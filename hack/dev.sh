@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # `make dev`: the whole product on this machine. Builds what is missing, starts a real
-# control plane (etcd, kube-apiserver, kube-controller-manager) and the test kubelet,
+# control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) and nodes,
 # installs the CRDs and the validating webhook, runs the operator against it, applies
 # config/samples/, and stays up until Ctrl-C, then stops everything it started.
+# Nodes: DEV_NODES=real (the default as root on Linux): six real nodes, two in each of zones
+# a, b and c (kubelet, containerd, runc, CNI; Pods are containers on 198.18.0.0/15; the
+# samples ask for 6 CPUs and a roll surges more, and each node offers this machine's CPUs);
+# DEV_NODES=test: the test kubelet (Pods are local valkey-server processes; quick, no root).
 # VALKEY_OPERATOR_BIN overrides the operator binary (default: the workspace's debug build).
 set -euo pipefail
 
@@ -30,25 +34,42 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+nodes="${DEV_NODES:-}"
+if [[ -z "$nodes" ]]; then
+	if [[ $(uname -s) == Linux && $(id -u) -eq 0 ]]; then nodes=real; else nodes=test; fi
+fi
+case "$nodes" in
+real) node_flags=(--real-nodes a,b,c,a,b,c) ;;
+test) node_flags=(--kubelet) ;;
+*) die "DEV_NODES must be real or test, not '$nodes'" ;;
+esac
+
 log "fetching Valkey binaries and building the control plane (first run: ~30 min)"
 hack/fetch-valkey.sh 9.0.0 9.1.2 >/dev/null
+if [[ "$nodes" == real ]]; then
+	hack/install-node-packages.sh >/dev/null || die "real nodes need containerd, runc and the CNI plugins (DEV_NODES=test runs without them)"
+fi
 bin_dir=$(hack/build-k8s.sh)
 cargo build --quiet -p testenv -p valkey-operator --bins
 target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 operator="${VALKEY_OPERATOR_BIN:-$target_dir/debug/valkey-operator}"
 kubectl="$bin_dir/kubectl"
 
-log "starting the control plane and the test kubelet"
-"$target_dir/debug/testenv" up --kubelet --bin-dir "$bin_dir" --kubeconfig-out "$dev_dir/kubeconfig" \
+if [[ "$nodes" == real ]]; then
+	log "starting the control plane and six real nodes in zones a, b, c (DEV_NODES=test: the test kubelet instead)"
+else
+	log "starting the control plane and the test kubelet (Pods as local processes)"
+fi
+"$target_dir/debug/testenv" up "${node_flags[@]}" --bin-dir "$bin_dir" --kubeconfig-out "$dev_dir/kubeconfig" \
 	>"$dev_dir/testenv.env" 2>"$dev_dir/testenv.log" &
 testenv_pid=$!
-for _ in $(seq 1 600); do
+for _ in $(seq 1 1500); do
 	[[ -s "$dev_dir/kubeconfig" ]] && break
 	kill -0 "$testenv_pid" 2>/dev/null || die "the control plane failed to start:
 $(tail -n 30 "$dev_dir/testenv.log")"
 	sleep 0.2
 done
-[[ -s "$dev_dir/kubeconfig" ]] || die "the control plane was not ready after 120s (see .dev/testenv.log)"
+[[ -s "$dev_dir/kubeconfig" ]] || die "the control plane and nodes were not ready after 300s (see .dev/testenv.log)"
 export KUBECONFIG="$dev_dir/kubeconfig"
 # The API server presents a client certificate of its own CA to webhooks; the operator then
 # refuses webhook calls from anyone else (as `--webhook-client-ca` does in the chart).
@@ -119,7 +140,12 @@ In another terminal:
   kubectl get valkeyclusters -A -w
   kubectl get valkeynodes,pods -n team-payments -o wide
 
-Pods run as local valkey-server processes on 127.1.x.y (the Pod IP). No node lets anyone in
+$(if [[ "$nodes" == real ]]; then
+	echo "Pods run as containers on real nodes (kubectl get nodes -o wide), each at its own address"
+	echo "on 198.18.0.0/15, reachable from this machine. No node lets anyone in"
+else
+	echo "Pods run as local valkey-server processes on 127.1.x.y (the Pod IP). No node lets anyone in"
+fi)
 without a password; with any Valkey client and the operator's own login (cluster commands,
 no keys), e.g.:
   redis-cli -h <a sessions Pod's IP> --user valkey-operator \\
@@ -129,7 +155,8 @@ no keys), e.g.:
 Metrics:
   curl --cacert $dev_dir/certs/ca.crt -H "Authorization: Bearer \$(kubectl create token metrics-reader)" \\
     https://127.0.0.1:$port/metrics
-Logs: .dev/operator.log (operator), .dev/testenv.log (control plane + kubelet).
+Logs: .dev/operator.log (operator), .dev/testenv.log (control plane and nodes; each real
+node's kubelet.log and containerd.log are in the folder it names).
 Press Ctrl-C to stop and clean up.
 EOF
 

@@ -181,7 +181,7 @@ async fn without_the_certificate_a_handover_needs_a_node_being_drained() {
     println!("forged eviction review, Node not drained: allowed, nothing asked of the cluster");
 
     // The Node cordoned, as a drain does before it evicts: the eviction is taken as real.
-    let node = product.kubelet.node_name().to_string();
+    let node = product.kubelet().node_name().to_string();
     product.kubectl(&["cordon", &node]);
     let (status, body) = post_as_stranger(&product, &forged_review(&primary)).await;
     product.kubectl(&["uncordon", &node]);

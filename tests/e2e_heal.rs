@@ -148,7 +148,7 @@ async fn joiner(product: &Product, shard: u32) -> (String, u32) {
                 (n["spec"]["shard"] == shard && lifecycle == "Joining")
                     .then(|| n["metadata"]["name"].as_str().map(String::from))?
             })?;
-            let pid = product.kubelet.pod_process(NAMESPACE, &joining)?.pid?;
+            let pid = product.kubelet().pod_process(NAMESPACE, &joining)?.pid?;
             Some((joining, pid))
         },
     )

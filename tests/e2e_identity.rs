@@ -118,12 +118,12 @@ async fn the_operator_acts_only_on_the_node_it_means() {
     let watch = ClusterWatch::start(&product, NAMESPACE, CLUSTER).await;
     let victim = product.replica_of(NAMESPACE, CLUSTER, 0).await;
     let pid = product.server_pid(NAMESPACE, &victim);
-    assert!(product.kubelet.claim_ip_at_release(NAMESPACE, &victim));
+    assert!(product.kubelet().claim_ip_at_release(NAMESPACE, &victim));
     let struck = signal(pid, "-KILL");
     let lease = eventually(
         "the kubelet to release the dead Pod's address",
         Duration::from_secs(10),
-        async || product.kubelet.take_released_ip(NAMESPACE, &victim),
+        async || product.kubelet().take_released_ip(NAMESPACE, &victim),
     )
     .await;
     let stranger = Stranger::start(lease, "9.0.0").await;

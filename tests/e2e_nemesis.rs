@@ -296,7 +296,7 @@ impl Run<'_> {
     }
 
     fn pid(&self, pod: &str) -> Option<u32> {
-        self.product.kubelet.pod_process(NAMESPACE, pod)?.pid
+        self.product.kubelet().pod_process(NAMESPACE, pod)?.pid
     }
 
     /// Notes a fault on `target`'s node: a primary may change, and writes since any replica
@@ -344,7 +344,7 @@ impl Run<'_> {
                     return;
                 };
                 let Some(pid) = self.pid(&pod) else { return };
-                self.product.kubelet.claim_ip_at_release(NAMESPACE, &pod);
+                self.product.kubelet().claim_ip_at_release(NAMESPACE, &pod);
                 signal(pid, "-KILL");
                 self.note(target, true, at);
                 let product = &*self.product;
@@ -353,7 +353,7 @@ impl Run<'_> {
                 let lease = eventually(
                     "the dead Pod's address",
                     Duration::from_secs(60),
-                    async || product.kubelet.take_released_ip(NAMESPACE, &pod),
+                    async || product.kubelet().take_released_ip(NAMESPACE, &pod),
                 )
                 .await;
                 let stranger = Stranger::start(lease, "9.0.0").await;

@@ -125,7 +125,7 @@ async fn scaling_shards_and_replicas_with_kubectl_patch_loses_no_write() {
             let p = &product;
             let left = p.kubectl(&["get", "valkeynodes,pods", "-n", "growth", "-o", "name"]);
             let running = p
-                .kubelet
+                .kubelet()
                 .pod_processes()
                 .iter()
                 .filter(|process| process.namespace == "growth")

@@ -11,7 +11,8 @@
 //!   a module share is in its `fixtures.rs`, itself `#[cfg(test)]`);
 //! - a test target's tier is its file name: `e2e_*` needs the Kubernetes or Prometheus binaries,
 //!   `cluster_*` starts real Valkey clusters; every other target needs at most a valkey-server and
-//!   is in `make test-unit`. The Makefile lists no test by hand.
+//!   is in `make test-unit`. The Makefile lists no test by hand;
+//! - the Dockerfile builds with the toolchain `rust-toolchain.toml` pins.
 //!
 //! The parsing is line-based and relies on `cargo fmt`'s layout (a function's closing brace at its
 //! own indentation), which `make lint` enforces.
@@ -559,4 +560,25 @@ fn the_fast_tier_is_every_target_but_the_slow_prefixes() {
             );
         }
     }
+}
+
+#[test]
+fn the_dockerfile_builds_with_the_pinned_toolchain() {
+    let toolchain = std::fs::read_to_string(root().join("rust-toolchain.toml")).unwrap();
+    let channel = toolchain
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("channel = "))
+        .map(|value| value.trim_matches('"'))
+        .unwrap();
+    // The image tag names major.minor: `1.95.0` is built by `rust:1.95-…`.
+    let minor = channel.rsplit_once('.').map_or(channel, |(minor, _)| minor);
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    let image = dockerfile
+        .lines()
+        .find_map(|line| line.strip_prefix("FROM rust:"))
+        .unwrap();
+    assert!(
+        image.starts_with(&format!("{minor}-")) || image.starts_with(&format!("{channel}-")),
+        "the Dockerfile builds with rust:{image}, rust-toolchain.toml pins {channel}"
+    );
 }

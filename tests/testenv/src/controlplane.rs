@@ -48,6 +48,7 @@ pub struct ControlPlane {
     processes: Vec<ProcessGuard>,
     server_url: String,
     kubeconfig: PathBuf,
+    ca_cert: PathBuf,
     bin_dir: PathBuf,
     // Declared last: removed only after the processes using it are gone.
     data_dir: tempfile::TempDir,
@@ -82,6 +83,7 @@ impl ControlPlane {
             processes: Vec::new(),
             server_url: String::new(),
             kubeconfig: dir.join("kubeconfig"),
+            ca_cert: pki.ca_cert.clone(),
             bin_dir,
             data_dir,
         };
@@ -182,6 +184,39 @@ impl ControlPlane {
         &self.kubeconfig
     }
 
+    /// The CA that signed the API server's certificate and every client certificate (the
+    /// admin's, and the one the API server presents to kubelets).
+    pub fn ca_cert(&self) -> &Path {
+        &self.ca_cert
+    }
+
+    /// Starts what real nodes need beside the API server: kube-scheduler (the test kubelet
+    /// binds Pods itself) and the node lifecycle controller, which lifts the `not-ready` taint
+    /// a new Node is created with and taints a node that stops reporting (the test kubelet's
+    /// Node would be tainted by it, so it runs only here).
+    pub fn start_node_controllers(&mut self) -> Result<(), Error> {
+        let kubeconfig = format!("--kubeconfig={}", self.kubeconfig.display());
+        self.spawn(
+            "kube-scheduler",
+            vec![
+                kubeconfig.clone(),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+            ],
+        )?;
+        self.spawn_named(
+            "kube-controller-manager",
+            "node-lifecycle-controller",
+            vec![
+                kubeconfig,
+                "--controllers=node-lifecycle-controller".into(),
+                "--leader-elect=false".into(),
+                "--use-service-account-credentials=false".into(),
+                "--secure-port=0".into(),
+            ],
+        )
+    }
+
     /// The API server's URL, `https://127.0.0.1:PORT`.
     pub fn server_url(&self) -> &str {
         &self.server_url
@@ -218,12 +253,17 @@ impl ControlPlane {
     }
 
     fn spawn(&mut self, name: &str, args: Vec<String>) -> Result<(), Error> {
-        let mut command = Command::new(self.bin_dir.join(name));
+        self.spawn_named(name, name, args)
+    }
+
+    /// Runs the binary `binary` as the process `name` (its log: `name.log`).
+    fn spawn_named(&mut self, binary: &str, name: &str, args: Vec<String>) -> Result<(), Error> {
+        let mut command = Command::new(self.bin_dir.join(binary));
         command.args(args);
         let log = self.data_dir().join(format!("{name}.log"));
         let guard = ProcessGuard::spawn(name, command, &log).map_err(Error::io(format!(
             "starting {}",
-            self.bin_dir.join(name).display()
+            self.bin_dir.join(binary).display()
         )))?;
         self.processes.push(guard);
         Ok(())
@@ -289,6 +329,12 @@ impl ControlPlane {
                     format!("--tls-cert-file={}", pki.serving_cert.display()),
                     format!("--tls-private-key-file={}", pki.serving_key.display()),
                     format!("--client-ca-file={}", pki.ca_cert.display()),
+                    // What it presents to a kubelet (logs, exec): the admin's certificate,
+                    // which a real node's kubelet authorizes through this API server.
+                    format!("--kubelet-client-certificate={}", pki.admin_cert.display()),
+                    format!("--kubelet-client-key={}", pki.admin_key.display()),
+                    // Nodes are reached at their address: no DNS here knows their names.
+                    "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
                     "--authorization-mode=RBAC".into(),
                     format!(
                         "--service-account-key-file={}",

@@ -15,6 +15,7 @@
 mod certs;
 mod controlplane;
 mod kubelet;
+pub mod node;
 mod process;
 pub mod wait;
 
@@ -24,6 +25,8 @@ use std::process::ExitStatus;
 pub use controlplane::{AUDIT_LOG_VAR, ControlPlane, ControlPlaneOptions};
 pub use kubelet::ip::IpLease;
 pub use kubelet::{KubeletOptions, PodProcess, TestKubelet};
+pub use node::{NodeOptions, RealNode, nodes_in_zones};
+pub use process::resident_kib;
 pub use wait::{Outcome, eventually};
 
 /// The Kubernetes release the binaries are built from (see `hack/build-k8s.sh`).

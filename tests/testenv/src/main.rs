@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use testenv::{ControlPlane, ControlPlaneOptions, KubeletOptions, TestKubelet};
+use testenv::{ControlPlane, ControlPlaneOptions, KubeletOptions, RealNode, TestKubelet};
 
 #[derive(Parser)]
 #[command(about = "A real Kubernetes control plane and a test kubelet for local runs")]
@@ -18,8 +18,13 @@ enum Commands {
     /// Start etcd, kube-apiserver and kube-controller-manager; stay up until interrupted.
     Up {
         /// Also run the test kubelet (Pods become local valkey-server processes).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "real_nodes")]
         kubelet: bool,
+        /// Run real nodes (kubelet, containerd, runc, CNI) in these zones, one node per entry
+        /// (`node-<zone>`, `node-<zone>-2` for a zone listed again), and kube-scheduler;
+        /// needs root on Linux.
+        #[arg(long, value_delimiter = ',')]
+        real_nodes: Vec<String>,
         /// Copy the admin kubeconfig here once the control plane is ready.
         #[arg(long)]
         kubeconfig_out: Option<PathBuf>,
@@ -47,9 +52,10 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Commands::Up {
             kubelet,
+            real_nodes,
             kubeconfig_out,
             bin_dir,
-        } => up(kubelet, kubeconfig_out, bin_dir).await,
+        } => up(kubelet, &real_nodes, kubeconfig_out, bin_dir).await,
         Commands::Kubelet { node_name } => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let client = kube::Client::try_default().await?;
@@ -66,6 +72,7 @@ async fn main() -> anyhow::Result<()> {
 
 async fn up(
     with_kubelet: bool,
+    real_nodes: &[String],
     kubeconfig_out: Option<PathBuf>,
     bin_dir: Option<PathBuf>,
 ) -> anyhow::Result<()> {
@@ -75,7 +82,7 @@ async fn up(
         ..Default::default()
     };
     // Started inside a select so that Ctrl-C during start-up drops (and kills) what is up.
-    let control_plane = tokio::select! {
+    let mut control_plane = tokio::select! {
         cp = ControlPlane::start_with(options) => cp?,
         r = interrupted() => return r,
     };
@@ -91,6 +98,23 @@ async fn up(
     } else {
         None
     };
+    let mut nodes = Vec::new();
+    if !real_nodes.is_empty() {
+        control_plane.start_node_controllers()?;
+    }
+    for options in testenv::nodes_in_zones(real_nodes) {
+        let node = tokio::select! {
+            node = RealNode::start(&control_plane, options) => node?,
+            r = interrupted() => return r,
+        };
+        eprintln!(
+            "real node {} Ready (Pods on {}, logs in {})",
+            node.name(),
+            node.pod_subnet(),
+            node.dir().display()
+        );
+        nodes.push(node);
+    }
     let kubeconfig = match kubeconfig_out {
         Some(out) => {
             if let Some(parent) = out.parent() {

@@ -393,15 +393,7 @@ impl Operator {
 
     /// The process's resident memory in KiB (`VmRSS` from /proc), while it runs.
     pub fn resident_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix("VmRSS:"))?
-            .trim()
-            .trim_end_matches("kB")
-            .trim()
-            .parse()
-            .ok()
+        testenv::resident_kib(self.child.id())
     }
 
     /// CPU time the process has used so far (user + system), in seconds.

@@ -14,7 +14,7 @@ pub mod product;
 pub use chart::{ChartIdentity, Helm, Operator};
 pub use local::LocalOperator;
 pub use product::{
-    ClusterWatch, IMAGES, Product, ProductOptions, WatchReport, condition, condition_field,
+    ClusterWatch, IMAGES, Nodes, Product, ProductOptions, WatchReport, condition, condition_field,
     converged,
 };
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::Value;
-use testenv::{ControlPlane, KubeletOptions, TestKubelet};
+use testenv::{ControlPlane, KubeletOptions, RealNode, TestKubelet};
 use valkey_operator::roll::slots::bootstrap_range;
 
 use super::chart::{
@@ -53,6 +53,9 @@ pub struct ProductOptions<'a> {
     pub certified_webhooks: bool,
     /// Another operator binary than this build's (a previous release, to upgrade from).
     pub operator_binary: Option<&'a std::path::Path>,
+    /// Real nodes (kubelet, containerd, runc, CNI) in these zones, one each, and
+    /// kube-scheduler, instead of the test kubelet; empty: the test kubelet.
+    pub real_nodes: &'a [&'a str],
 }
 
 impl Default for ProductOptions<'_> {
@@ -63,14 +66,23 @@ impl Default for ProductOptions<'_> {
             kubelet: KubeletOptions::default(),
             certified_webhooks: true,
             operator_binary: None,
+            real_nodes: &[],
         }
     }
 }
 
-/// The operator, its control plane and a kubelet, all stopped when dropped.
+/// Where the product's Pods run.
+pub enum Nodes {
+    /// The test kubelet: each Pod a local valkey-server process on a loopback address.
+    Test(TestKubelet),
+    /// Real nodes: containers under containerd, on the Pod network 198.18.0.0/15.
+    Real(Vec<RealNode>),
+}
+
+/// The operator, its control plane and its nodes, all stopped when dropped.
 pub struct Product {
-    // Dropped first: the kubelet stops its valkey-server processes before the API server goes.
-    pub kubelet: TestKubelet,
+    // Dropped first: the nodes stop their Pods before the API server goes.
+    pub nodes: Nodes,
     pub operator: Operator,
     pub identity: ChartIdentity,
     pub helm: Helm,
@@ -97,8 +109,9 @@ impl Product {
             kubelet,
             certified_webhooks,
             operator_binary,
+            real_nodes,
         } = options;
-        let (plane, helm) = control_plane_with_crds().await;
+        let (mut plane, helm) = control_plane_with_crds().await;
         if let Some(objects) = before_webhooks {
             must(&plane, &["apply", "-f", "-"], Some(objects));
         }
@@ -116,11 +129,19 @@ impl Product {
             Operator::start_binary(&binary, &identity, "operator.log", NAMESPACE, &flags);
         operator.wait_ready(Duration::from_secs(60)).await;
         repoint_webhooks(&plane, &operator.url);
-        let kubelet = TestKubelet::start(plane.client().await.unwrap(), kubelet)
-            .await
-            .unwrap();
+        let nodes = if real_nodes.is_empty() {
+            let client = plane.client().await.unwrap();
+            Nodes::Test(TestKubelet::start(client, kubelet).await.unwrap())
+        } else {
+            plane.start_node_controllers().unwrap();
+            let mut started = Vec::new();
+            for options in testenv::nodes_in_zones(real_nodes) {
+                started.push(RealNode::start(&plane, options).await.unwrap());
+            }
+            Nodes::Real(started)
+        };
         Self {
-            kubelet,
+            nodes,
             operator,
             identity,
             helm,
@@ -128,9 +149,25 @@ impl Product {
         }
     }
 
+    /// The test kubelet; panics on real nodes (a test that needs it says so by calling this).
+    pub fn kubelet(&self) -> &TestKubelet {
+        match &self.nodes {
+            Nodes::Test(kubelet) => kubelet,
+            Nodes::Real(_) => panic!("this test needs the test kubelet, not real nodes"),
+        }
+    }
+
+    /// The real nodes; empty under the test kubelet.
+    pub fn real_nodes(&self) -> &[RealNode] {
+        match &self.nodes {
+            Nodes::Test(_) => &[],
+            Nodes::Real(nodes) => nodes,
+        }
+    }
+
     /// The process id of the valkey-server the test kubelet runs for a Pod.
     pub fn server_pid(&self, namespace: &str, pod: &str) -> u32 {
-        self.kubelet
+        self.kubelet()
             .pod_process(namespace, pod)
             .and_then(|p| p.pid)
             .unwrap_or_else(|| panic!("no running server for Pod {namespace}/{pod}"))

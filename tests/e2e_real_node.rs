@@ -1,0 +1,335 @@
+//! The product on a real node: a kubelet built from the API server's own Kubernetes module,
+//! containerd and runc from Debian, the CNI bridge on 198.18.N.0/24, images assembled here
+//! and imported (nothing pulled). A ValkeyCluster's Pods run as containers, as the image's
+//! `valkey` user (999), each in its own network namespace with an address of the Pod network;
+//! `kubectl logs` and `kubectl exec` reach them through the real kubelet; the cluster rolls to
+//! a new version under a stock cluster client with no acknowledged write lost and one
+//! failover per shard. On three nodes in zones a, b and c: a primary's container killed with
+//! SIGKILL is taken over and replaced, and `kubectl drain` of the node holding a primary (a
+//! real cordon, real evictions through the operator's webhook, a real kubelet stopping the
+//! container) hands the shard over first; no acknowledged write lost in either.
+
+use std::time::{Duration, Instant};
+
+use harness::eventually;
+use harness::k8s::{ClusterWatch, IMAGES, Product, ProductOptions, converged};
+use serde_json::Value;
+
+const NAMESPACE: &str = "shop";
+
+const FLEET: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata: {name: standard}
+spec: {imageRef: valkey-9-0-0, valkey: {save: ""}}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {name: carts, namespace: shop}
+spec: {configRef: standard, shards: 1, replicasPerShard: 1}
+"#;
+
+/// A Pod as the API shows it.
+fn pod(product: &Product, name: &str) -> Value {
+    harness::k8s::chart::get_json(
+        &product.plane,
+        &["get", "pod", "-n", NAMESPACE, name, "-o", "json"],
+    )
+}
+
+/// The node a Pod runs on and its container's host pid.
+fn container_of<'a>(product: &'a Product, name: &str) -> (&'a testenv::RealNode, u32) {
+    let pod = pod(product, name);
+    let node_name = pod["spec"]["nodeName"].as_str().unwrap_or_default();
+    let node = product
+        .real_nodes()
+        .iter()
+        .find(|node| node.name() == node_name)
+        .unwrap_or_else(|| panic!("{name} is on no real node: {node_name:?}"));
+    let container = pod["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .unwrap_or_default();
+    let id = container
+        .strip_prefix("containerd://")
+        .unwrap_or_else(|| panic!("{name} is not a containerd container: {container:?}"));
+    let pid = node
+        .task_pid(id)
+        .unwrap_or_else(|| panic!("no running task for {name} ({id})"));
+    (node, pid)
+}
+
+/// The uid a process runs as, from `/proc/<pid>/status`.
+fn uid_of(pid: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The network namespace a process is in (`net:[inode]`).
+fn network_namespace(pid: &str) -> String {
+    std::fs::read_link(format!("/proc/{pid}/ns/net"))
+        .map(|link| link.display().to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_cluster_runs_as_containers_on_a_real_node_and_rolls_without_loss() {
+    let product = Product::start_with(ProductOptions {
+        real_nodes: &["a"],
+        ..Default::default()
+    })
+    .await;
+    let node = &product.real_nodes()[0];
+    let nodes = product.kubectl(&["get", "nodes", "-o", "wide"]);
+    assert!(nodes.contains("containerd://"), "{nodes}");
+    assert!(nodes.contains(" Ready "), "{nodes}");
+
+    product.apply(IMAGES);
+    let applied = Instant::now();
+    product.apply(FLEET);
+    eventually(
+        "carts comes up on the real node",
+        Duration::from_secs(180),
+        async || {
+            let cluster = product.cluster(NAMESPACE, "carts");
+            if converged(&cluster, "9.0.0") {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{cluster:#}\n{}",
+                    product.kubectl(&["get", "pods", "-n", NAMESPACE, "-o", "wide"])
+                ))
+            }
+        },
+    )
+    .await;
+    println!(
+        "carts (1 shard x 1 replica) Active on a real node after {:.1?}",
+        applied.elapsed()
+    );
+
+    // Each Pod a container under this node's containerd: its address on the node's Pod
+    // network, its own network namespace, the image's valkey user.
+    let pods = harness::k8s::chart::get_json(
+        &product.plane,
+        &["get", "pods", "-n", NAMESPACE, "-o", "json"],
+    );
+    let pods = pods["items"].as_array().cloned().unwrap_or_default();
+    assert_eq!(pods.len(), 2, "{pods:#?}");
+    let host_namespace = network_namespace("self");
+    let prefix = node.address().trim_end_matches(".1").to_string() + ".";
+    let mut namespaces = std::collections::BTreeSet::new();
+    for pod in &pods {
+        let name = pod["metadata"]["name"].as_str().unwrap();
+        let ip = pod["status"]["podIP"].as_str().unwrap_or_default();
+        assert!(
+            ip.starts_with(&prefix),
+            "{name} at {ip}, not on {}",
+            node.pod_subnet()
+        );
+        let (_, pid) = container_of(&product, name);
+        let pid = pid.to_string();
+        assert_eq!(uid_of(&pid), "999", "{name} runs as another user");
+        let namespace = network_namespace(&pid);
+        assert_ne!(
+            namespace, host_namespace,
+            "{name} shares the host's network"
+        );
+        namespaces.insert(namespace);
+
+        // The real kubelet serves logs and exec to the API server.
+        let logs = product.kubectl(&["logs", "-n", NAMESPACE, name]);
+        assert!(
+            logs.contains("Ready to accept connections"),
+            "{name}'s log:\n{logs}"
+        );
+        let version = product.kubectl(&[
+            "exec",
+            "-n",
+            NAMESPACE,
+            name,
+            "--",
+            "valkey-server",
+            "--version",
+        ]);
+        assert!(version.contains("v=9.0.0"), "{version}");
+    }
+    assert_eq!(namespaces.len(), 2, "the Pods share a network namespace");
+
+    // The guide's upgrade of this cluster, under a stock cluster client.
+    let watch = ClusterWatch::start(&product, NAMESPACE, "carts").await;
+    let patched = Instant::now();
+    product.patch(
+        "valkeyconfig/standard",
+        None,
+        r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
+    );
+    eventually(
+        "carts rolls on the real node",
+        Duration::from_secs(240),
+        async || {
+            let cluster: Value = product.cluster(NAMESPACE, "carts");
+            assert_eq!(
+                cluster["status"]["state"], "Active",
+                "state left Active: {cluster}"
+            );
+            converged(&cluster, "9.1.2").then_some(())
+        },
+    )
+    .await;
+    println!(
+        "carts rolled to 9.1.2 on a real node in {:.1?}",
+        patched.elapsed()
+    );
+    let report = watch.finish(&product).await;
+    report.assert_shards(1, 1, 1);
+    println!(
+        "{} acknowledged writes, none lost; longest write gap {:.2?}",
+        report.log.ack_times.len(),
+        report.longest_write_gap()
+    );
+    product.assert_failovers(NAMESPACE, "carts", 1).await;
+}
+
+const SPREAD: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata: {name: standard}
+spec: {imageRef: valkey-9-0-0, valkey: {save: ""}}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {name: orders, namespace: shop}
+spec: {configRef: standard, shards: 1, replicasPerShard: 1}
+"#;
+
+/// Waits until `orders` is whole again on 9.0.0 with none of `gone` among its Pods.
+async fn healed(product: &Product, gone: &str, what: &str) {
+    eventually(what, Duration::from_secs(180), async || {
+        let cluster = product.cluster(NAMESPACE, "orders");
+        let pods = product.addresses(NAMESPACE, "orders");
+        if converged(&cluster, "9.0.0") && !pods.contains_key(gone) && pods.len() == 2 {
+            Ok(())
+        } else {
+            Err(format!(
+                "{cluster:#}\n{}",
+                product.kubectl(&["get", "pods", "-n", NAMESPACE, "-o", "wide"])
+            ))
+        }
+    })
+    .await;
+}
+
+// Two workers: `kubectl drain` blocks its thread for seconds while the writer must go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_primary_and_a_drained_node_lose_no_write_on_three_real_nodes() {
+    let product = Product::start_with(ProductOptions {
+        real_nodes: &["a", "b", "c"],
+        ..Default::default()
+    })
+    .await;
+    for node in product.real_nodes() {
+        println!(
+            "{}: kubelet + containerd resident {} MiB",
+            node.name(),
+            node.resident_kib() / 1024
+        );
+    }
+    product.apply(IMAGES);
+    product.apply(SPREAD);
+    eventually("orders comes up", Duration::from_secs(180), async || {
+        converged(&product.cluster(NAMESPACE, "orders"), "9.0.0").then_some(())
+    })
+    .await;
+
+    // SIGKILL of the primary's container: the replica takes over, the Pod (restartPolicy
+    // Never) is replaced.
+    let watch = ClusterWatch::start(&product, NAMESPACE, "orders").await;
+    let victim = product.primary_of(NAMESPACE, "orders", 0).await;
+    let (_, pid) = container_of(&product, &victim);
+    let killed = Instant::now();
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -KILL {pid}");
+    healed(
+        &product,
+        &victim,
+        "orders heals after its primary's container is killed",
+    )
+    .await;
+    println!(
+        "killed primary's shard whole again after {:.1?}",
+        killed.elapsed()
+    );
+    let report = watch.finish(&product).await;
+    report.assert_shards(1, 1, 0);
+    println!(
+        "SIGKILL: {} acknowledged writes, none lost; longest write gap {:.2?}",
+        report.log.ack_times.len(),
+        report.longest_write_gap()
+    );
+
+    // `kubectl drain` of the node that holds the primary now.
+    let watch = ClusterWatch::start(&product, NAMESPACE, "orders").await;
+    let primary = product.primary_of(NAMESPACE, "orders", 0).await;
+    let node = pod(&product, &primary)["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let drained = Instant::now();
+    let output = tokio::task::block_in_place(|| {
+        product.kubectl(&[
+            "drain",
+            &node,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=180s",
+        ])
+    });
+    assert!(output.contains("drained"), "{output}");
+    healed(
+        &product,
+        &primary,
+        "orders whole again off the drained node",
+    )
+    .await;
+    println!(
+        "drained {node} (holding the primary) in {:.1?}",
+        drained.elapsed()
+    );
+    let report = watch.finish(&product).await;
+    report.assert_shards(1, 1, 1);
+    println!(
+        "drain: {} acknowledged writes, none lost; longest write gap {:.2?}",
+        report.log.ack_times.len(),
+        report.longest_write_gap()
+    );
+    let on_drained = product.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        NAMESPACE,
+        "--field-selector",
+        &format!("spec.nodeName={node}"),
+        "-o",
+        "name",
+    ]);
+    assert!(
+        on_drained.trim().is_empty(),
+        "Pods left on {node}: {on_drained}"
+    );
+}
