@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CACHE ?= $(HOME)/.cache/valkey-operator
 export VALKEY_BIN_ROOT := $(CACHE)/valkey
 
-.PHONY: test test-unit lint crds tools valkey-bins k8s-bins prometheus-bins dev chart-lint
+.PHONY: test test-unit lint crds tools valkey-bins k8s-bins prometheus-bins node-packages dev chart-lint
 
 ## test: fetch/build what the tests need, then run every test of the workspace.
 ## (Benchmarks are compiled by `make lint` but not run here: they print figures, they do not test.)
@@ -37,14 +37,19 @@ crds:
 	cargo run --quiet -- crd > charts/valkey-operator/crds/crds.yaml
 
 ## tools: real parts the tests run against, cached by version.
-tools: valkey-bins k8s-bins prometheus-bins
+tools: valkey-bins k8s-bins prometheus-bins node-packages
 
 valkey-bins:
 	hack/fetch-valkey.sh 9.0.0 9.1.2 >/dev/null
 
-## k8s-bins: etcd, kube-apiserver, kube-controller-manager, kubectl, helm (built once, ~25 min cold).
+## k8s-bins: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl, helm
+## (built once, ~25 min cold).
 k8s-bins:
 	hack/build-k8s.sh >/dev/null
+
+## node-packages: containerd, runc and the CNI plugins the real test nodes run (Debian's; root).
+node-packages:
+	hack/install-node-packages.sh >/dev/null
 
 ## prometheus-bins: prometheus and promtool for the metrics and alert tests (built once, ~6 min cold).
 prometheus-bins:
