@@ -2,9 +2,10 @@
 //! containerd and runc from Debian, the CNI bridge on 198.18.N.0/24, images assembled here
 //! and imported (nothing pulled). A ValkeyCluster's Pods run as containers, as the image's
 //! `valkey` user (999), each in its own network namespace with an address of the Pod network;
-//! `kubectl logs` and `kubectl exec` reach them through the real kubelet; the cluster rolls to
-//! a new version under a stock cluster client with no acknowledged write lost and one
-//! failover per shard. On three nodes in zones a, b and c: a primary's container killed with
+//! `kubectl logs` and `kubectl exec` reach them through the real kubelet; a client without
+//! credentials is refused; the guide's 3 × 1 cluster rolls to a new version under a stock
+//! cluster client with no acknowledged write lost and one failover per shard (the same
+//! scenario runs on the test kubelet for the comparison of figures). On three nodes in zones a, b and c: a primary's container killed with
 //! SIGKILL is taken over and replaced, and `kubectl drain` of the node holding a primary (a
 //! real cordon, real evictions through the operator's webhook, a real kubelet stopping the
 //! container) hands the shard over first; no acknowledged write lost in either.
@@ -30,8 +31,110 @@ spec: {imageRef: valkey-9-0-0, valkey: {save: ""}}
 apiVersion: valkey.gomomento.com/v1alpha1
 kind: ValkeyCluster
 metadata: {name: carts, namespace: shop}
-spec: {configRef: standard, shards: 1, replicasPerShard: 1}
+spec: {configRef: standard, shards: 3, replicasPerShard: 1}
 "#;
+
+/// A bare Pod of the Valkey image, as the operator's would start.
+const PROBE_POD: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: shop}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: start-latency, namespace: shop}
+spec:
+  automountServiceAccountToken: false
+  restartPolicy: Never
+  securityContext: {runAsUser: 999, runAsGroup: 999, runAsNonRoot: true}
+  containers:
+  - name: valkey
+    image: valkey/valkey:9.0.0
+    command: [valkey-server, --save, ""]
+    readinessProbe: {tcpSocket: {port: 6379}, periodSeconds: 1}
+"#;
+
+/// From `kubectl apply` of a bare Valkey Pod to its `Ready` condition.
+async fn pod_start_latency(product: &Product) -> Duration {
+    let created = Instant::now();
+    product.apply(PROBE_POD);
+    eventually(
+        "the probe Pod turns Ready",
+        Duration::from_secs(60),
+        async || {
+            let pod = pod(product, "start-latency");
+            let ready = pod["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            ready.then_some(())
+        },
+    )
+    .await;
+    let latency = created.elapsed();
+    product.kubectl(&[
+        "delete",
+        "pod",
+        "-n",
+        NAMESPACE,
+        "start-latency",
+        "--wait=false",
+    ]);
+    latency
+}
+
+/// The guide on `carts` (3 shards × 1 replica): created until Active, then rolled from 9.0.0
+/// to 9.1.2 under a stock cluster client: none lost, one failover per shard, never below one
+/// replica, `Active` throughout. Prints the figures, labelled with `nodes`.
+async fn create_and_roll(product: &Product, nodes: &str) {
+    product.apply(IMAGES);
+    let applied = Instant::now();
+    product.apply(FLEET);
+    eventually("carts comes up", Duration::from_secs(180), async || {
+        let cluster = product.cluster(NAMESPACE, "carts");
+        if converged(&cluster, "9.0.0") {
+            Ok(())
+        } else {
+            Err(format!(
+                "{cluster:#}\n{}",
+                product.kubectl(&["get", "pods", "-n", NAMESPACE, "-o", "wide"])
+            ))
+        }
+    })
+    .await;
+    println!(
+        "{nodes}: carts (3 x 1) Active after {:.1?}",
+        applied.elapsed()
+    );
+
+    let watch = ClusterWatch::start(product, NAMESPACE, "carts").await;
+    let patched = Instant::now();
+    product.patch(
+        "valkeyconfig/standard",
+        None,
+        r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
+    );
+    eventually("carts rolls", Duration::from_secs(300), async || {
+        let cluster: Value = product.cluster(NAMESPACE, "carts");
+        assert_eq!(
+            cluster["status"]["state"], "Active",
+            "state left Active: {cluster}"
+        );
+        converged(&cluster, "9.1.2").then_some(())
+    })
+    .await;
+    let rolled = patched.elapsed();
+    let report = watch.finish(product).await;
+    report.assert_shards(3, 1, 1);
+    product.assert_failovers(NAMESPACE, "carts", 3).await;
+    println!(
+        "{nodes}: carts rolled to 9.1.2 in {rolled:.1?}; {} acknowledged writes, none lost; \
+         longest write gap {:.2?}",
+        report.log.ack_times.len(),
+        report.longest_write_gap()
+    );
+}
 
 /// A Pod as the API shows it.
 fn pod(product: &Product, name: &str) -> Value {
@@ -81,7 +184,7 @@ fn network_namespace(pid: &str) -> String {
 }
 
 #[tokio::test]
-async fn a_cluster_runs_as_containers_on_a_real_node_and_rolls_without_loss() {
+async fn the_guides_cluster_runs_as_containers_on_a_real_node_and_rolls_without_loss() {
     let product = Product::start_with(ProductOptions {
         real_nodes: &["a"],
         ..Default::default()
@@ -92,29 +195,11 @@ async fn a_cluster_runs_as_containers_on_a_real_node_and_rolls_without_loss() {
     assert!(nodes.contains("containerd://"), "{nodes}");
     assert!(nodes.contains(" Ready "), "{nodes}");
 
-    product.apply(IMAGES);
-    let applied = Instant::now();
-    product.apply(FLEET);
-    eventually(
-        "carts comes up on the real node",
-        Duration::from_secs(180),
-        async || {
-            let cluster = product.cluster(NAMESPACE, "carts");
-            if converged(&cluster, "9.0.0") {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{cluster:#}\n{}",
-                    product.kubectl(&["get", "pods", "-n", NAMESPACE, "-o", "wide"])
-                ))
-            }
-        },
-    )
-    .await;
     println!(
-        "carts (1 shard x 1 replica) Active on a real node after {:.1?}",
-        applied.elapsed()
+        "real node: a Valkey Pod Ready {:.2?} after it was created",
+        pod_start_latency(&product).await
     );
+    create_and_roll(&product, "real node").await;
 
     // Each Pod a container under this node's containerd: its address on the node's Pod
     // network, its own network namespace, the image's valkey user.
@@ -123,7 +208,11 @@ async fn a_cluster_runs_as_containers_on_a_real_node_and_rolls_without_loss() {
         &["get", "pods", "-n", NAMESPACE, "-o", "json"],
     );
     let pods = pods["items"].as_array().cloned().unwrap_or_default();
-    assert_eq!(pods.len(), 2, "{pods:#?}");
+    let pods: Vec<Value> = pods
+        .into_iter()
+        .filter(|pod| pod["metadata"]["name"] != "start-latency")
+        .collect();
+    assert_eq!(pods.len(), 6, "{pods:#?}");
     let host_namespace = network_namespace("self");
     let prefix = node.address().trim_end_matches(".1").to_string() + ".";
     let mut namespaces = std::collections::BTreeSet::new();
@@ -160,43 +249,30 @@ async fn a_cluster_runs_as_containers_on_a_real_node_and_rolls_without_loss() {
             "valkey-server",
             "--version",
         ]);
-        assert!(version.contains("v=9.0.0"), "{version}");
-    }
-    assert_eq!(namespaces.len(), 2, "the Pods share a network namespace");
+        assert!(version.contains("v=9.1.2"), "{version}");
 
-    // The guide's upgrade of this cluster, under a stock cluster client.
-    let watch = ClusterWatch::start(&product, NAMESPACE, "carts").await;
-    let patched = Instant::now();
-    product.patch(
-        "valkeyconfig/standard",
-        None,
-        r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
-    );
-    eventually(
-        "carts rolls on the real node",
-        Duration::from_secs(240),
-        async || {
-            let cluster: Value = product.cluster(NAMESPACE, "carts");
-            assert_eq!(
-                cluster["status"]["state"], "Active",
-                "state left Active: {cluster}"
+        // A client without credentials gets nothing.
+        for command in [&["GET", "k"][..], &["CLUSTER", "NODES"]] {
+            let reply =
+                harness::valkey::logins::anonymous_reply(&format!("{ip}:6379"), command).await;
+            assert!(
+                reply.contains("NOAUTH"),
+                "{command:?} without credentials on {name}: {reply}"
             );
-            converged(&cluster, "9.1.2").then_some(())
-        },
-    )
-    .await;
+        }
+    }
+    assert_eq!(namespaces.len(), 6, "Pods share a network namespace");
+}
+
+/// The same guide on the test kubelet, for the figures beside the real node's.
+#[tokio::test]
+async fn the_same_guide_on_the_test_kubelet_for_comparison() {
+    let product = Product::start(None, &[]).await;
     println!(
-        "carts rolled to 9.1.2 on a real node in {:.1?}",
-        patched.elapsed()
+        "test kubelet: a Valkey Pod Ready {:.2?} after it was created",
+        pod_start_latency(&product).await
     );
-    let report = watch.finish(&product).await;
-    report.assert_shards(1, 1, 1);
-    println!(
-        "{} acknowledged writes, none lost; longest write gap {:.2?}",
-        report.log.ack_times.len(),
-        report.longest_write_gap()
-    );
-    product.assert_failovers(NAMESPACE, "carts", 1).await;
+    create_and_roll(&product, "test kubelet").await;
 }
 
 const SPREAD: &str = r#"
