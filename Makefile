@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CACHE ?= $(HOME)/.cache/valkey-operator
 export VALKEY_BIN_ROOT := $(CACHE)/valkey
 
-.PHONY: test test-unit lint crds tools valkey-bins k8s-bins prometheus-bins node-packages dev chart-lint
+.PHONY: test test-unit lint crds manifests tools valkey-bins k8s-bins prometheus-bins node-packages dev chart-lint
 
 ## test: fetch/build what the tests need, then run every test of the workspace.
 ## (Benchmarks are compiled by `make lint` but not run here: they print figures, they do not test.)
@@ -35,6 +35,11 @@ lint:
 ## crds: regenerate the chart's CRD YAML from the binary.
 crds:
 	cargo run --quiet -- crd > charts/valkey-operator/crds/crds.yaml
+
+## manifests: regenerate deploy/operator.yaml, the chart rendered for teams without Helm
+## (tests/e2e_helm_chart.rs fails when it is stale).
+manifests: k8s-bins
+	hack/render-manifests.sh > deploy/operator.yaml
 
 ## tools: real parts the tests run against, cached by version.
 tools: valkey-bins k8s-bins prometheus-bins node-packages
