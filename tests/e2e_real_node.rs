@@ -18,21 +18,26 @@ use serde_json::Value;
 
 const NAMESPACE: &str = "shop";
 
-const FLEET: &str = r#"
+/// The namespace, the config on 9.0.0 and a cluster of `shards` × 1 on it.
+fn fleet(cluster: &str, shards: u16) -> String {
+    format!(
+        r#"
 apiVersion: v1
 kind: Namespace
-metadata: {name: shop}
+metadata: {{name: shop}}
 ---
 apiVersion: valkey.gomomento.com/v1alpha1
 kind: ValkeyConfig
-metadata: {name: standard}
-spec: {imageRef: valkey-9-0-0, valkey: {save: ""}}
+metadata: {{name: standard}}
+spec: {{imageRef: valkey-9-0-0, valkey: {{save: ""}}}}
 ---
 apiVersion: valkey.gomomento.com/v1alpha1
 kind: ValkeyCluster
-metadata: {name: carts, namespace: shop}
-spec: {configRef: standard, shards: 3, replicasPerShard: 1}
-"#;
+metadata: {{name: {cluster}, namespace: shop}}
+spec: {{configRef: standard, shards: {shards}, replicasPerShard: 1}}
+"#
+    )
+}
 
 /// A bare Pod of the Valkey image, as the operator's would start.
 const PROBE_POD: &str = r#"
@@ -90,7 +95,7 @@ async fn pod_start_latency(product: &Product) -> Duration {
 async fn create_and_roll(product: &Product, nodes: &str) {
     product.apply(IMAGES);
     let applied = Instant::now();
-    product.apply(FLEET);
+    product.apply(&fleet("carts", 3));
     eventually("carts comes up", Duration::from_secs(180), async || {
         let cluster = product.cluster(NAMESPACE, "carts");
         if converged(&cluster, "9.0.0") {
@@ -275,22 +280,6 @@ async fn the_same_guide_on_the_test_kubelet_for_comparison() {
     create_and_roll(&product, "test kubelet").await;
 }
 
-const SPREAD: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: standard}
-spec: {imageRef: valkey-9-0-0, valkey: {save: ""}}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: orders, namespace: shop}
-spec: {configRef: standard, shards: 1, replicasPerShard: 1}
-"#;
-
 /// Waits until `orders` is whole again on 9.0.0 with none of `gone` among its Pods.
 async fn healed(product: &Product, gone: &str, what: &str) {
     eventually(what, Duration::from_secs(180), async || {
@@ -324,7 +313,7 @@ async fn a_killed_primary_and_a_drained_node_lose_no_write_on_three_real_nodes()
         );
     }
     product.apply(IMAGES);
-    product.apply(SPREAD);
+    product.apply(&fleet("orders", 1));
     eventually("orders comes up", Duration::from_secs(180), async || {
         converged(&product.cluster(NAMESPACE, "orders"), "9.0.0").then_some(())
     })

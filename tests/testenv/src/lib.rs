@@ -102,7 +102,15 @@ pub fn k8s_bin_dir() -> Result<PathBuf, Error> {
     if let Some(dir) = std::env::var_os("TESTENV_K8S_BIN_DIR").filter(|d| !d.is_empty()) {
         return Ok(PathBuf::from(dir));
     }
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../hack/build-k8s.sh");
+    folder_from_script("hack/build-k8s.sh")
+}
+
+/// Runs one of the project's `hack/` scripts that install or build something on first use
+/// and print its folder on their last line; that folder.
+pub(crate) fn folder_from_script(script: &str) -> Result<PathBuf, Error> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(script);
     let output = std::process::Command::new(&script)
         .stderr(std::process::Stdio::inherit())
         .output()
@@ -118,7 +126,7 @@ pub fn k8s_bin_dir() -> Result<PathBuf, Error> {
     match stdout.lines().last() {
         Some(dir) if !dir.trim().is_empty() => Ok(PathBuf::from(dir.trim())),
         _ => Err(Error::Binaries(format!(
-            "{} printed no bin directory",
+            "{} printed no folder",
             script.display()
         ))),
     }

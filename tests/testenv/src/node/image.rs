@@ -5,7 +5,6 @@
 //! sandbox ("pause") image holds a program that sleeps until it is killed.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -115,7 +114,7 @@ impl ImageSpec {
             .map_err(Error::io(format!("creating {}", archive.display())))?;
         let mut tar = tar::Builder::new(file);
         let mut add = |path: String, data: &[u8]| {
-            let mut header = file_header(data.len(), 0o644, 0);
+            let mut header = header(tar::EntryType::Regular, data.len(), 0o644, 0);
             tar.append_data(&mut header, path, data)
         };
         let blob = |data: &[u8]| format!("blobs/sha256/{}", hex(&Sha256::digest(data)));
@@ -131,47 +130,48 @@ impl ImageSpec {
     /// The one layer: folders, files, each binary and the libraries it loads (at their host
     /// paths, so the binary's interpreter and search path find them).
     fn layer(&self) -> Result<Vec<u8>, Error> {
+        let entries = self.entries()?;
         let mut tar = tar::Builder::new(Vec::new());
-        let mut parents = BTreeSet::new();
-        let mut entries: Vec<(String, Vec<u8>, u32, u64)> = Vec::new();
-        for (host, path) in &self.binaries {
-            let content =
-                std::fs::read(host).map_err(Error::io(format!("reading {}", host.display())))?;
-            entries.push((path.clone(), content, 0o755, 0));
-            for library in libraries(host)? {
-                let content = std::fs::read(&library)
-                    .map_err(Error::io(format!("reading {}", library.display())))?;
-                entries.push((library.display().to_string(), content, 0o755, 0));
-            }
-        }
-        for (path, content) in &self.files {
-            entries.push((path.clone(), content.clone(), 0o644, 0));
-        }
-        let write = |tar: &mut tar::Builder<Vec<u8>>, parents: &mut BTreeSet<String>| {
-            for (path, _, _, _) in &entries {
-                add_parents(tar, parents, path)?;
-            }
+        let mut folders = BTreeSet::new();
+        let mut write = || -> std::io::Result<()> {
+            // A listed folder keeps its own owner and mode; the others above a path are root's.
             for (path, mode, owner) in &self.folders {
-                add_parents(tar, parents, path)?;
-                if parents.insert(path.clone()) {
-                    let mut header = folder_header(*mode, *owner);
-                    tar.append_data(&mut header, relative(path), std::io::empty())?;
-                }
+                add_parents(&mut tar, &mut folders, path)?;
+                folders.insert(path.clone());
+                tar.append_data(
+                    &mut header(tar::EntryType::Directory, 0, *mode, *owner),
+                    relative(path),
+                    std::io::empty(),
+                )?;
             }
-            for (path, content, mode, owner) in &entries {
-                let mut header = file_header(content.len(), *mode, *owner);
+            for (path, content, mode) in &entries {
+                add_parents(&mut tar, &mut folders, path)?;
+                let mut header = header(tar::EntryType::Regular, content.len(), *mode, 0);
                 tar.append_data(&mut header, relative(path), content.as_slice())?;
             }
             tar.finish()
         };
-        write(&mut tar, &mut parents).map_err(Error::io("assembling an image layer"))?;
-        let mut bytes = tar
-            .into_inner()
-            .map_err(Error::io("assembling an image layer"))?;
-        bytes
-            .flush()
-            .map_err(Error::io("assembling an image layer"))?;
-        Ok(bytes)
+        write().map_err(Error::io("assembling an image layer"))?;
+        tar.into_inner()
+            .map_err(Error::io("assembling an image layer"))
+    }
+
+    /// Every file of the layer: path, content, mode (all root's).
+    fn entries(&self) -> Result<Vec<(String, Vec<u8>, u32)>, Error> {
+        let read = |path: &Path| {
+            std::fs::read(path).map_err(Error::io(format!("reading {}", path.display())))
+        };
+        let mut entries = Vec::new();
+        for (host, path) in &self.binaries {
+            entries.push((path.clone(), read(host)?, 0o755));
+            for library in libraries(host)? {
+                entries.push((library.display().to_string(), read(&library)?, 0o755));
+            }
+        }
+        for (path, content) in &self.files {
+            entries.push((path.clone(), content.clone(), 0o644));
+        }
+        Ok(entries)
     }
 }
 
@@ -210,7 +210,7 @@ fn add_parents(
     above.reverse();
     for folder in above {
         if parents.insert(folder.clone()) {
-            let mut header = folder_header(0o755, 0);
+            let mut header = header(tar::EntryType::Directory, 0, 0o755, 0);
             tar.append_data(&mut header, relative(&folder), std::io::empty())?;
         }
     }
@@ -221,21 +221,10 @@ fn relative(path: &str) -> &str {
     path.trim_start_matches('/')
 }
 
-fn file_header(size: usize, mode: u32, owner: u64) -> tar::Header {
+fn header(kind: tar::EntryType, size: usize, mode: u32, owner: u64) -> tar::Header {
     let mut header = tar::Header::new_ustar();
-    header.set_entry_type(tar::EntryType::Regular);
+    header.set_entry_type(kind);
     header.set_size(size as u64);
-    header.set_mode(mode);
-    header.set_uid(owner);
-    header.set_gid(owner);
-    header.set_mtime(0);
-    header
-}
-
-fn folder_header(mode: u32, owner: u64) -> tar::Header {
-    let mut header = tar::Header::new_ustar();
-    header.set_entry_type(tar::EntryType::Directory);
-    header.set_size(0);
     header.set_mode(mode);
     header.set_uid(owner);
     header.set_gid(owner);

@@ -102,7 +102,7 @@ impl RealNode {
             dir,
         };
         host::create_cgroups(&node.cgroup_root())?;
-        node.write_cni_config(&cni_bin)?;
+        node.write_cni_config()?;
         node.start_containerd(&cni_bin).await?;
         node.load_images()?;
         node.start_kubelet(plane, &options)?;
@@ -177,7 +177,7 @@ impl RealNode {
 
     /// The bridge plugin on this node's bridge, addresses from host-local; Pods route
     /// through the host's address on the bridge.
-    fn write_cni_config(&self, cni_bin: &Path) -> Result<(), Error> {
+    fn write_cni_config(&self) -> Result<(), Error> {
         let conf_dir = self.dir().join("cni");
         std::fs::create_dir_all(&conf_dir).map_err(Error::io("creating the CNI config folder"))?;
         let config = serde_json::json!({
@@ -202,7 +202,6 @@ impl RealNode {
         let path = conf_dir.join("10-bridge.conflist");
         std::fs::write(&path, config.to_string())
             .map_err(Error::io(format!("writing {}", path.display())))?;
-        tracing::debug!(cni_bin = %cni_bin.display(), "CNI configured");
         Ok(())
     }
 
@@ -421,21 +420,5 @@ impl Drop for RealNode {
 /// The folder of the CNI plugins: what `hack/install-node-packages.sh` prints (it installs
 /// containerd, runc and the plugins on first use).
 pub fn cni_bin_dir() -> Result<PathBuf, Error> {
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../hack/install-node-packages.sh");
-    let output = Command::new(&script)
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(Error::io(format!("running {}", script.display())))?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    match stdout.lines().last() {
-        Some(dir) if output.status.success() && !dir.trim().is_empty() => {
-            Ok(PathBuf::from(dir.trim()))
-        }
-        _ => Err(Error::Binaries(format!(
-            "{} failed ({})",
-            script.display(),
-            output.status
-        ))),
-    }
+    crate::folder_from_script("hack/install-node-packages.sh")
 }
