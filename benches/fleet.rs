@@ -111,7 +111,7 @@ async fn main() {
         all.len() * usize::from(SHARDS) * 2,
         started.elapsed().as_secs_f64()
     );
-    let idle = product.operator.resident_kib().unwrap_or(0);
+    let idle = product.operator().resident_kib().unwrap_or(0);
 
     println!("one cluster alone:");
     roll(&product, "solo", &["solo"]).await;
@@ -120,7 +120,7 @@ async fn main() {
     let peak = AtomicU64::new(idle);
     let sample_memory = async {
         loop {
-            if let Some(kib) = product.operator.resident_kib() {
+            if let Some(kib) = product.operator().resident_kib() {
                 peak.fetch_max(kib, Ordering::Relaxed);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -176,7 +176,7 @@ impl ApiServer {
 
 /// The commands the operator has sent to Valkey nodes (its `valkey_commands_total`).
 async fn valkey_commands(product: &Product) -> f64 {
-    let text = product.operator.metrics().await;
+    let text = product.operator().metrics().await;
     text.lines()
         .filter(|line| line.starts_with("valkey_operator_valkey_commands_total{"))
         .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
@@ -291,24 +291,24 @@ impl Phase {
     async fn start(product: &Product) -> Self {
         Self {
             started: Instant::now(),
-            cpu: product.operator.cpu_seconds().unwrap_or(0.0),
+            cpu: product.operator().cpu_seconds().unwrap_or(0.0),
             api: ApiServer::read(product),
             audit: Audit::start(),
             valkey_commands: valkey_commands(product).await,
             programs: cpu_by_program(),
-            peak_kib: AtomicU64::new(product.operator.resident_kib().unwrap_or(0)),
+            peak_kib: AtomicU64::new(product.operator().resident_kib().unwrap_or(0)),
         }
     }
 
     fn sample(&self, product: &Product) {
-        if let Some(kib) = product.operator.resident_kib() {
+        if let Some(kib) = product.operator().resident_kib() {
             self.peak_kib.fetch_max(kib, Ordering::Relaxed);
         }
     }
 
     async fn report(&self, product: &Product, what: &str) {
         let seconds = self.started.elapsed().as_secs_f64();
-        let cpu = product.operator.cpu_seconds().unwrap_or(0.0) - self.cpu;
+        let cpu = product.operator().cpu_seconds().unwrap_or(0.0) - self.cpu;
         let api = ApiServer::read(product);
         let by_kind = largest_growth(&self.api.requests, &api.requests, 10);
         let total: f64 =
@@ -469,7 +469,7 @@ metadata: {{name: never}}
 spec: {{imageRef: valkey-never}}
 "#
     ));
-    let baseline_kib = product.operator.resident_kib().unwrap_or(0);
+    let baseline_kib = product.operator().resident_kib().unwrap_or(0);
     println!(
         "fleet-scale benchmark: {size} clusters of 1 shard × 0 replicas; operator RSS before {:.0} MiB",
         baseline_kib as f64 / 1024.0
@@ -484,7 +484,7 @@ spec: {{imageRef: valkey-never}}
         deleted(&product, &clusters, size, objects, before).await;
     }
     if let Ok(path) = std::env::var("FLEET_LOG") {
-        std::fs::write(&path, product.operator.log()).unwrap();
+        std::fs::write(&path, product.operator().log()).unwrap();
         println!("the operator's log is in {path}");
     }
     // FLEET_HOLD_SECONDS keeps everything up at the end, e.g. to take a heap profile.
@@ -498,7 +498,7 @@ async fn object_only(product: &Product, clusters: &Clusters, size: usize, object
     // Clusters whose Pods never start: their objects and the operator's caches, no servers.
     // Each batch is measured once the operator has made every cluster's nodes (its status
     // lists them), so the figure is of clusters it holds, not of clusters it has yet to see.
-    let before = product.operator.resident_kib().unwrap_or(0);
+    let before = product.operator().resident_kib().unwrap_or(0);
     let mut added = 0;
     let mut at_100 = None;
     while added < objects {
@@ -514,7 +514,7 @@ async fn object_only(product: &Product, clusters: &Clusters, size: usize, object
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let kib = product.operator.resident_kib().unwrap_or(0);
+        let kib = product.operator().resident_kib().unwrap_or(0);
         let held = clusters.with_nodes("o-");
         if added == 100 {
             at_100 = Some(kib);
@@ -553,8 +553,8 @@ async fn deleted(product: &Product, clusters: &Clusters, size: usize, objects: u
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let kib = product.operator.resident_kib().unwrap_or(0);
-    let log = strip_ansi(&product.operator.log());
+    let kib = product.operator().resident_kib().unwrap_or(0);
+    let log = strip_ansi(&product.operator().log());
     let remembered = log
         .lines()
         .filter(|line| line.contains("forgot a deleted cluster"))

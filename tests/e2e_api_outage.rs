@@ -90,7 +90,7 @@ async fn a_fleet_roll_survives_the_api_server_gone_for_20_seconds() {
             report.longest_write_gap().as_secs_f64()
         );
     }
-    let log = product.operator.log();
+    let log = product.operator().log();
     assert!(
         log.contains("stepping down") || log.contains("lost the lease"),
         "the operator noticed it could not renew its Lease"

@@ -70,7 +70,7 @@ fn forged_review(pod: &str) -> Value {
 async fn post_as_stranger(product: &Product, review: &Value) -> (u16, String) {
     let client = client_trusting(&product.identity.path("ca.crt"));
     let response = client
-        .post(format!("{}/validate/evictions", product.operator.url))
+        .post(format!("{}/validate/evictions", product.operator().url))
         .json(review)
         .send()
         .await
@@ -149,7 +149,7 @@ async fn only_the_api_server_may_ask_for_a_handover_where_it_presents_its_certif
 
     // /metrics: no token, a token without the role, a metrics reader's token.
     let client = client_trusting(&product.identity.path("ca.crt"));
-    let metrics = format!("{}/metrics", product.operator.url);
+    let metrics = format!("{}/metrics", product.operator().url);
     let anonymous = client.get(&metrics).send().await.unwrap();
     assert_eq!(anonymous.status().as_u16(), 401);
     product.kubectl(&["create", "serviceaccount", "nosy", "-n", NAMESPACE]);
@@ -161,7 +161,7 @@ async fn only_the_api_server_may_ask_for_a_handover_where_it_presents_its_certif
         .await
         .unwrap();
     assert_eq!(refused.status().as_u16(), 403);
-    let text = product.operator.metrics().await;
+    let text = product.operator().metrics().await;
     assert!(text.contains("valkey_operator_leader"), "{text}");
     println!(
         "/metrics: 401 without a token, 403 for a ServiceAccount without the role, 200 for a metrics reader"

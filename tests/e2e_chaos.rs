@@ -431,18 +431,18 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
     // The operator killed (SIGKILL) right after it logs a planned failover, so around the
     // moment it records and issues it, then started again: each shard fails over once.
     let watch = ClusterWatch::start(&product, NAMESPACE, CLUSTER).await;
-    let planned_before = product.operator.log().matches("fail over shard ").count();
+    let planned_before = product.operator().log().matches("fail over shard ").count();
     product.patch(
         "valkeyconfig/ledger-config",
         None,
         r#"{"spec": {"imageRef": "valkey-9-0-0"}}"#,
     );
     eventually("a planned failover", Duration::from_secs(120), async || {
-        let planned = product.operator.log().matches("fail over shard ").count();
+        let planned = product.operator().log().matches("fail over shard ").count();
         (planned > planned_before).then_some(())
     })
     .await;
-    product.operator.kill_and_restart();
+    product.operator_mut().kill_and_restart();
     product
         .wait_converged(&[(NAMESPACE, CLUSTER)], "9.0.0", Duration::from_secs(180))
         .await;

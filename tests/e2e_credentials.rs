@@ -247,7 +247,7 @@ async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
     ] {
         saved["metadata"].as_object_mut().unwrap().remove(field);
     }
-    product.operator.kill_and_restart();
+    product.operator_mut().kill_and_restart();
     product.kubectl(&["delete", "secret", &secret_name(CLUSTER), "-n", NAMESPACE]);
     let degraded = eventually(
         "the cluster to say its credentials are unusable",

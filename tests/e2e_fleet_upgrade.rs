@@ -119,7 +119,7 @@ async fn the_guides_fleet_upgrade() {
     product
         .assert_failovers("team-search", "suggestions", 0)
         .await;
-    let metrics = product.operator.metrics().await;
+    let metrics = product.operator().metrics().await;
     let sessions = [("cluster", "sessions"), ("namespace", "team-payments")];
     assert_eq!(
         metric(

@@ -401,9 +401,9 @@ impl Run<'_> {
                     self.note(target, true, at);
                 }
             }
-            Fault::KillOperator => self.product.operator.kill_and_restart(),
+            Fault::KillOperator => self.product.operator_mut().kill_and_restart(),
             Fault::PauseOperator(pause) => {
-                let pid = self.product.operator.pid();
+                let pid = self.product.operator().pid();
                 self.pause_process(pid, pause);
             }
             Fault::PauseApiServer(pause) => {

@@ -105,8 +105,13 @@ async fn an_operator_upgrade_brings_a_running_cluster_to_the_contract_in_place()
     let watch = ClusterWatch::start(&product, NAMESPACE, "ledger").await;
 
     let upgraded_at = Instant::now();
-    product.operator.replace_binary(&harness::operator_binary());
-    product.operator.wait_ready(Duration::from_secs(60)).await;
+    product
+        .operator_mut()
+        .replace_binary(&harness::operator_binary());
+    product
+        .operator_mut()
+        .wait_ready(Duration::from_secs(60))
+        .await;
     let momentos = "app.kubernetes.io/name=valkey,app.kubernetes.io/instance=ledger";
     eventually(
         "the running Pods carry Momento's labels and the Service selects by them",

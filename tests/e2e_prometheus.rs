@@ -144,7 +144,7 @@ async fn roll_progress_through_a_real_prometheus() {
 
     // Prometheus scrapes the operator as the chart's ServiceMonitor says, with its rules.
     let chart = rendered_chart(&product);
-    let address = product.operator.url.trim_start_matches("https://");
+    let address = product.operator().url.trim_start_matches("https://");
     let target = ScrapeTarget::from_service_monitor(
         of_kind(&chart, "ServiceMonitor"),
         address,
@@ -401,7 +401,7 @@ async fn roll_progress_through_a_real_prometheus() {
         NAMESPACE,
         "--timeout=120s",
     ]);
-    let text = product.operator.metrics().await;
+    let text = product.operator().metrics().await;
     let left: Vec<&str> = text
         .lines()
         .filter(|l| !l.starts_with('#') && l.contains(r#"cluster="cart""#))

@@ -410,14 +410,22 @@ async fn killing_the_operator_mid_roll_then_restarting_it_finishes_the_roll() {
         }
     })
     .await;
-    product.operator.kill_and_restart();
-    product.operator.wait_ready(Duration::from_secs(60)).await;
+    product.operator_mut().kill_and_restart();
+    product
+        .operator_mut()
+        .wait_ready(Duration::from_secs(60))
+        .await;
     // The old leader's Lease has to expire (15 s) before the new process reconciles.
     product
         .wait_converged(&payments, "9.1.2", Duration::from_secs(300))
         .await;
     assert!(
-        product.operator.log().matches("became the leader").count() >= 2,
+        product
+            .operator()
+            .log()
+            .matches("became the leader")
+            .count()
+            >= 2,
         "the restarted operator never led"
     );
     let report = watch.finish(&product).await;

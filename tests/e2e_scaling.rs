@@ -64,7 +64,7 @@ async fn scaling_shards_and_replicas_with_kubectl_patch_loses_no_write() {
     )
     .await;
     watch.assert_writing().await;
-    let metrics = product.operator.metrics().await;
+    let metrics = product.operator().metrics().await;
     let completed = [
         ("cluster", "feed"),
         ("namespace", "growth"),

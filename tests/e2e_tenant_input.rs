@@ -44,7 +44,7 @@ async fn hostile_specs_are_refused_and_cost_the_operator_nothing() {
     let mut product = Product::start(None, &[]).await;
     product.apply(IMAGES);
     product.apply(CONFIG);
-    let rss_before = product.operator.resident_kib().unwrap();
+    let rss_before = product.operator().resident_kib().unwrap();
 
     // The CRD schema: numbers past the hard limits, a name too long for its node names, an
     // annotation key Kubernetes would refuse on the Pod.
@@ -238,8 +238,11 @@ spec: {selector: {app: billing}, ports: [{port: 80}]}
     untouched(&service(&product));
 
     // The operator lived through all of it, at the memory it had.
-    assert!(product.operator.exited().is_none(), "the operator exited");
-    let rss_after = product.operator.resident_kib().unwrap();
+    assert!(
+        product.operator_mut().exited().is_none(),
+        "the operator exited"
+    );
+    let rss_after = product.operator().resident_kib().unwrap();
     eprintln!("operator RSS: {rss_before} KiB before, {rss_after} KiB after");
     assert!(
         rss_after < rss_before + 32 * 1024,
@@ -347,7 +350,7 @@ spec: {hard: {pods: "2"}}
     );
     let message = condition_field(&broken, "Degraded", "message").unwrap_or_default();
     assert!(message.contains("quota"), "{message}");
-    let text = product.operator.metrics().await;
+    let text = product.operator().metrics().await;
     let errors = metric(
         &text,
         "valkey_operator_reconcile_errors_total",
@@ -486,7 +489,7 @@ async fn the_largest_acl_admission_passes_is_written_within_bounded_memory() {
         "the widest ACL within bounds: {users} users × {permissions} grants of a {}-command role: {tokens} rules a user, {bytes} bytes a node",
         commands.len()
     );
-    let rss_before = product.operator.resident_kib().unwrap();
+    let rss_before = product.operator().resident_kib().unwrap();
 
     // One grant more per user, or one user more: refused, saying the limit (once admission's
     // index holds the role and the config just applied).
@@ -526,7 +529,7 @@ async fn the_largest_acl_admission_passes_is_written_within_bounded_memory() {
         "every user written on the node",
         Duration::from_secs(120),
         async || {
-            peak = peak.max(product.operator.resident_kib().unwrap_or(0));
+            peak = peak.max(product.operator().resident_kib().unwrap_or(0));
             let cluster = product.cluster("tenant", "widest");
             match condition(&cluster, "AclApplied").as_deref() {
                 Some("True") => Ok(()),
@@ -536,7 +539,7 @@ async fn the_largest_acl_admission_passes_is_written_within_bounded_memory() {
     )
     .await;
     for _ in 0..20 {
-        peak = peak.max(product.operator.resident_kib().unwrap_or(0));
+        peak = peak.max(product.operator().resident_kib().unwrap_or(0));
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     println!(

@@ -15,6 +15,9 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use tokio::sync::watch;
 
+/// The Lease the replicas contend for, in the operator's namespace.
+pub const LEASE_NAME: &str = "valkey-operator";
+
 /// How leadership is held.
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
@@ -34,7 +37,7 @@ impl LeaseConfig {
     pub fn new(namespace: &str, identity: &str) -> Self {
         Self {
             namespace: namespace.into(),
-            name: "valkey-operator".into(),
+            name: LEASE_NAME.into(),
             identity: identity.into(),
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),

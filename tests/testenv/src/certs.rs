@@ -28,8 +28,10 @@ pub struct Pki {
 }
 
 impl Pki {
-    /// Generates every key and certificate into `dir`.
-    pub fn generate(dir: &Path) -> Result<Self, Error> {
+    /// Generates every key and certificate into `dir`; the API server's certificate names
+    /// loopback, the `kubernetes` Service's names and `addresses` (its ClusterIP, where it
+    /// binds for Pods).
+    pub fn generate(dir: &Path, addresses: &[String]) -> Result<Self, Error> {
         let pki = Pki {
             ca_cert: dir.join("ca.crt"),
             serving_cert: dir.join("apiserver.crt"),
@@ -54,15 +56,20 @@ impl Pki {
         let ca = Issuer::new(ca_params, ca_key);
         write(&pki.ca_cert, &ca_cert.pem())?;
 
-        // The service IP 10.0.0.1 is what in-cluster clients would use for `kubernetes`.
-        let mut serving = CertificateParams::new(vec![
-            "127.0.0.1".to_string(),
-            "localhost".to_string(),
-            "10.0.0.1".to_string(),
-            "kubernetes".to_string(),
-            "kubernetes.default".to_string(),
-            "kubernetes.default.svc".to_string(),
-        ])?;
+        let names = [
+            "127.0.0.1",
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+        ];
+        let mut serving = CertificateParams::new(
+            names
+                .iter()
+                .map(ToString::to_string)
+                .chain(addresses.iter().cloned())
+                .collect::<Vec<_>>(),
+        )?;
         serving
             .distinguished_name
             .push(DnType::CommonName, "kube-apiserver");

@@ -1,5 +1,8 @@
 //! The launcher: etcd + kube-apiserver + kube-controller-manager on loopback, with a fresh
-//! data directory and PKI per launch, in the spirit of controller-runtime's envtest.
+//! data directory and PKI per launch, in the spirit of controller-runtime's envtest. For real
+//! nodes whose Pods must reach it (an operator installed in the cluster), the API server
+//! binds a leased address of 198.19.0.0/16 instead, which is also its `kubernetes` Service's
+//! ClusterIP (see [`ControlPlaneOptions::reachable_from_pods`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -30,6 +33,13 @@ pub struct ControlPlaneOptions {
     pub bin_dir: Option<PathBuf>,
     /// How long to wait for `/readyz`.
     pub ready_timeout: Duration,
+    /// Bind the API server where Pods on real nodes reach it (needs root): `198.19.M.1:443`,
+    /// M leased per control plane. Its Service range is `198.19.M.0/24`, so the `kubernetes`
+    /// Service's ClusterIP, which the kubelet gives every Pod as `KUBERNETES_SERVICE_HOST`, is
+    /// that same address: in-cluster clients reach the API server without kube-proxy. Webhooks
+    /// behind a Service are called at the Service's endpoints (`--enable-aggregator-routing`),
+    /// as no DNS here resolves Service names.
+    pub reachable_from_pods: bool,
 }
 
 impl Default for ControlPlaneOptions {
@@ -37,6 +47,7 @@ impl Default for ControlPlaneOptions {
         Self {
             bin_dir: None,
             ready_timeout: Duration::from_secs(90),
+            reachable_from_pods: false,
         }
     }
 }
@@ -50,6 +61,8 @@ pub struct ControlPlane {
     kubeconfig: PathBuf,
     ca_cert: PathBuf,
     bin_dir: PathBuf,
+    /// The leased block M of `198.19.M.1`, when reachable from Pods.
+    api_block: Option<u8>,
     // Declared last: removed only after the processes using it are gone.
     data_dir: tempfile::TempDir,
 }
@@ -77,7 +90,24 @@ impl ControlPlane {
             .tempdir()
             .map_err(Error::io("creating the control plane data directory"))?;
         let dir = data_dir.path().to_path_buf();
-        let pki = Pki::generate(&dir)?;
+        let api_block = if options.reachable_from_pods {
+            Some(crate::node::host::lease_api_address()?)
+        } else {
+            None
+        };
+        let address = api_block.map(crate::node::host::api_address);
+        let pki = match Pki::generate(
+            &dir,
+            &[address.clone().unwrap_or(DEFAULT_SERVICE_IP.into())],
+        ) {
+            Ok(pki) => pki,
+            Err(error) => {
+                if let Some(block) = api_block {
+                    crate::node::host::release_api_address(block);
+                }
+                return Err(error);
+            }
+        };
 
         let mut control_plane = ControlPlane {
             processes: Vec::new(),
@@ -85,6 +115,7 @@ impl ControlPlane {
             kubeconfig: dir.join("kubeconfig"),
             ca_cert: pki.ca_cert.clone(),
             bin_dir,
+            api_block,
             data_dir,
         };
 
@@ -108,9 +139,12 @@ impl ControlPlane {
     /// etcd and the API server on ports found free, until `/readyz` answers.
     async fn start_servers(&mut self, pki: &Pki, ready_timeout: Duration) -> Result<(), Error> {
         let etcd_url = self.spawn_etcd()?;
-        let port = free_port().map_err(Error::io("finding a free port"))?;
-        self.server_url = format!("https://127.0.0.1:{port}");
-        self.spawn_apiserver(pki, &etcd_url, port)?;
+        let listen = match self.api_block {
+            Some(block) => Listen::ForPods(block),
+            None => Listen::Loopback(free_port().map_err(Error::io("finding a free port"))?),
+        };
+        self.server_url = format!("https://{}", listen.socket());
+        self.spawn_apiserver(pki, &etcd_url, &listen)?;
         write_kubeconfig(&self.kubeconfig, &self.server_url, pki)?;
         self.wait_ready(ready_timeout).await
     }
@@ -191,9 +225,12 @@ impl ControlPlane {
     }
 
     /// Starts what real nodes need beside the API server: kube-scheduler (the test kubelet
-    /// binds Pods itself) and the node lifecycle controller, which lifts the `not-ready` taint
-    /// a new Node is created with and taints a node that stops reporting (the test kubelet's
-    /// Node would be tainted by it, so it runs only here).
+    /// binds Pods itself); the node lifecycle controller, which lifts the `not-ready` taint a
+    /// new Node is created with and taints a node that stops reporting (the test kubelet's
+    /// Node would be tainted by it, so it runs only here); the EndpointSlice controller, by
+    /// which a Service's endpoints (a webhook's) are found; the publisher of the
+    /// `kube-root-ca.crt` ConfigMap, without which no ServiceAccount token volume mounts; and
+    /// the Deployment and ReplicaSet controllers, which run a chart's Deployment.
     pub fn start_node_controllers(&mut self) -> Result<(), Error> {
         let kubeconfig = format!("--kubeconfig={}", self.kubeconfig.display());
         self.spawn(
@@ -209,7 +246,11 @@ impl ControlPlane {
             "node-lifecycle-controller",
             vec![
                 kubeconfig,
-                "--controllers=node-lifecycle-controller".into(),
+                "--controllers=node-lifecycle-controller,endpointslice-controller,\
+                 root-ca-certificate-publisher-controller,deployment-controller,\
+                 replicaset-controller"
+                    .into(),
+                format!("--root-ca-file={}", self.ca_cert.display()),
                 "--leader-elect=false".into(),
                 "--use-service-account-credentials=false".into(),
                 "--secure-port=0".into(),
@@ -311,7 +352,7 @@ impl ControlPlane {
         ])
     }
 
-    fn spawn_apiserver(&mut self, pki: &Pki, etcd_url: &str, port: u16) -> Result<(), Error> {
+    fn spawn_apiserver(&mut self, pki: &Pki, etcd_url: &str, listen: &Listen) -> Result<(), Error> {
         let cert_dir = self.data_dir().join("apiserver");
         let audit = self.audit_flags()?;
         let admission = self.admission_flags(pki)?;
@@ -320,11 +361,9 @@ impl ControlPlane {
             [
                 audit,
                 admission,
+                listen.flags(),
                 vec![
                     format!("--etcd-servers={etcd_url}"),
-                    "--bind-address=127.0.0.1".into(),
-                    "--advertise-address=127.0.0.1".into(),
-                    format!("--secure-port={port}"),
                     format!("--cert-dir={}", cert_dir.display()),
                     format!("--tls-cert-file={}", pki.serving_cert.display()),
                     format!("--tls-private-key-file={}", pki.serving_key.display()),
@@ -345,7 +384,6 @@ impl ControlPlane {
                         pki.service_account_key.display()
                     ),
                     "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                    "--service-cluster-ip-range=10.0.0.0/24".into(),
                     "--allow-privileged=true".into(),
                 ],
             ]
@@ -415,6 +453,51 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.stop();
+        if let Some(block) = self.api_block {
+            crate::node::host::release_api_address(block);
+        }
+    }
+}
+
+/// The ClusterIP of `kubernetes` on a control plane not reachable from Pods (its Service
+/// range is `198.19.0.0/24`, an address nothing routes to: no test sends traffic there).
+const DEFAULT_SERVICE_IP: &str = "198.19.0.1";
+
+/// Where the API server listens.
+enum Listen {
+    /// `127.0.0.1:PORT`.
+    Loopback(u16),
+    /// `198.19.M.1:443`, the first address of its Service range `198.19.M.0/24`.
+    ForPods(u8),
+}
+
+impl Listen {
+    fn socket(&self) -> String {
+        match self {
+            Listen::Loopback(port) => format!("127.0.0.1:{port}"),
+            Listen::ForPods(block) => format!("{}:443", crate::node::host::api_address(*block)),
+        }
+    }
+
+    fn flags(&self) -> Vec<String> {
+        match self {
+            Listen::Loopback(port) => vec![
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={port}"),
+                "--service-cluster-ip-range=198.19.0.0/24".into(),
+            ],
+            Listen::ForPods(block) => {
+                let address = crate::node::host::api_address(*block);
+                vec![
+                    format!("--bind-address={address}"),
+                    format!("--advertise-address={address}"),
+                    "--secure-port=443".into(),
+                    format!("--service-cluster-ip-range=198.19.{block}.0/24"),
+                    "--enable-aggregator-routing=true".into(),
+                ]
+            }
+        }
     }
 }
 

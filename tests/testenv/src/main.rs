@@ -77,8 +77,11 @@ async fn up(
     bin_dir: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
+    // Real nodes make a cluster whose Pods reach the API server, as any real one: a chart
+    // installed into it runs the operator in-cluster.
     let options = ControlPlaneOptions {
         bin_dir,
+        reachable_from_pods: !real_nodes.is_empty(),
         ..Default::default()
     };
     // Started inside a select so that Ctrl-C during start-up drops (and kills) what is up.

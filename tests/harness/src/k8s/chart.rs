@@ -122,7 +122,16 @@ pub fn wait_crds_established(plane: &ControlPlane) {
 
 /// A control plane with the chart's CRDs established and the release namespace created.
 pub async fn control_plane_with_crds() -> (ControlPlane, Helm) {
-    let plane = ControlPlane::start().await.expect("control plane");
+    control_plane_with_crds_from(testenv::ControlPlaneOptions::default()).await
+}
+
+/// [`control_plane_with_crds`] on a control plane started with `options`.
+pub async fn control_plane_with_crds_from(
+    options: testenv::ControlPlaneOptions,
+) -> (ControlPlane, Helm) {
+    let plane = ControlPlane::start_with(options)
+        .await
+        .expect("control plane");
     must(
         &plane,
         &[

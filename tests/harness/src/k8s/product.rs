@@ -8,12 +8,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::Value;
-use testenv::{ControlPlane, KubeletOptions, RealNode, TestKubelet};
+use testenv::{ControlPlane, ControlPlaneOptions, KubeletOptions, RealNode, TestKubelet};
 use valkey_operator::roll::slots::bootstrap_range;
 
 use super::chart::{
-    ChartIdentity, Helm, NAMESPACE, Operator, control_plane_with_crds, get_json, install, kubectl,
-    must, repoint_webhooks,
+    ChartIdentity, Helm, NAMESPACE, Operator, RELEASE, control_plane_with_crds_from, get_json,
+    install, kubectl, must, repoint_webhooks,
 };
 use super::tail;
 use crate::valkey::logins::{WRITER_PASSWORD, WRITER_USER, learn_admin, writer_granted};
@@ -56,6 +56,10 @@ pub struct ProductOptions<'a> {
     /// Real nodes (kubelet, containerd, runc, CNI) in these zones, one each, and
     /// kube-scheduler, instead of the test kubelet; empty: the test kubelet.
     pub real_nodes: &'a [&'a str],
+    /// Run the operator as a user does, in the cluster: the chart's Deployment (two replicas,
+    /// leader election, its ServiceAccount, webhooks through its Service) on the real nodes,
+    /// from an image of this build's binary. Needs `real_nodes`.
+    pub operator_in_cluster: bool,
 }
 
 impl Default for ProductOptions<'_> {
@@ -67,9 +71,14 @@ impl Default for ProductOptions<'_> {
             certified_webhooks: true,
             operator_binary: None,
             real_nodes: &[],
+            operator_in_cluster: false,
         }
     }
 }
+
+/// The reference the in-cluster operator's image is imported under, as the chart names it
+/// with `image.repository=valkey-operator` and `image.tag=testenv`.
+pub const OPERATOR_IMAGE: &str = "docker.io/library/valkey-operator:testenv";
 
 /// Where the product's Pods run.
 pub enum Nodes {
@@ -83,7 +92,8 @@ pub enum Nodes {
 pub struct Product {
     // Dropped first: the nodes stop their Pods before the API server goes.
     pub nodes: Nodes,
-    pub operator: Operator,
+    /// The operator process on the host; `None` when it runs in the cluster.
+    operator: Option<Operator>,
     pub identity: ChartIdentity,
     pub helm: Helm,
     pub plane: ControlPlane,
@@ -110,10 +120,24 @@ impl Product {
             certified_webhooks,
             operator_binary,
             real_nodes,
+            operator_in_cluster,
         } = options;
-        let (mut plane, helm) = control_plane_with_crds().await;
+        assert!(
+            !operator_in_cluster || !real_nodes.is_empty(),
+            "an operator in the cluster needs real nodes to run on"
+        );
+        let (mut plane, helm) = control_plane_with_crds_from(ControlPlaneOptions {
+            reachable_from_pods: operator_in_cluster,
+            ..Default::default()
+        })
+        .await;
         if let Some(objects) = before_webhooks {
             must(&plane, &["apply", "-f", "-"], Some(objects));
+        }
+        let binary = operator_binary.map_or_else(crate::operator_binary, Into::into);
+        if operator_in_cluster {
+            return Self::start_in_cluster(plane, helm, real_nodes, certified_webhooks, &binary)
+                .await;
         }
         install(&helm, &[]);
         let identity = ChartIdentity::from_release(&plane);
@@ -124,7 +148,6 @@ impl Product {
             flags.extend(["--webhook-client-ca", client_ca.to_str().unwrap()]);
         }
         flags.extend_from_slice(operator_flags);
-        let binary = operator_binary.map_or_else(crate::operator_binary, Into::into);
         let mut operator =
             Operator::start_binary(&binary, &identity, "operator.log", NAMESPACE, &flags);
         operator.wait_ready(Duration::from_secs(60)).await;
@@ -142,11 +165,118 @@ impl Product {
         };
         Self {
             nodes,
-            operator,
+            operator: Some(operator),
             identity,
             helm,
             plane,
         }
+    }
+
+    /// The chart installed as a user installs it, its Deployment running this build's binary
+    /// on `zones`' real nodes; returns once both replicas are Ready and one leads.
+    async fn start_in_cluster(
+        mut plane: ControlPlane,
+        helm: Helm,
+        zones: &[&str],
+        certified_webhooks: bool,
+        binary: &std::path::Path,
+    ) -> Self {
+        let mut values = vec![
+            "--set",
+            "image.repository=valkey-operator",
+            "--set",
+            "image.tag=testenv",
+            "--set",
+            "image.pullPolicy=Never",
+        ];
+        if certified_webhooks {
+            // The chart's way to require the API server's webhook client certificate.
+            let ca = plane.webhook_client_ca();
+            must(
+                &plane,
+                &[
+                    "create",
+                    "secret",
+                    "generic",
+                    "webhook-client-ca",
+                    "-n",
+                    NAMESPACE,
+                    &format!("--from-file=ca.crt={}", ca.display()),
+                ],
+                None,
+            );
+            values.extend(["--set", "webhook.clientAuth.caSecret=webhook-client-ca"]);
+        }
+        install(&helm, &values);
+        let identity = ChartIdentity::from_release(&plane);
+        plane.start_node_controllers().unwrap();
+        let image = testenv::ImageSpec::operator(OPERATOR_IMAGE, binary);
+        let mut nodes = Vec::new();
+        for mut options in testenv::nodes_in_zones(zones) {
+            options.images.push(image.clone());
+            nodes.push(RealNode::start(&plane, options).await.unwrap());
+        }
+        let product = Self {
+            nodes: Nodes::Real(nodes),
+            operator: None,
+            identity,
+            helm,
+            plane,
+        };
+        eventually(
+            "the operator's two replicas Ready, one leading",
+            Duration::from_secs(120),
+            async || {
+                let deployment = get_json(
+                    &product.plane,
+                    &["get", "deployment", RELEASE, "-n", NAMESPACE, "-o", "json"],
+                );
+                let ready = deployment["status"]["readyReplicas"].as_u64().unwrap_or(0);
+                match product.leader() {
+                    Some(leader) if ready == 2 => Ok(leader),
+                    leader => Err(format!(
+                        "{ready} ready, leader {leader:?}\n{}",
+                        product.kubectl(&["get", "pods", "-n", NAMESPACE, "-o", "wide"])
+                    )),
+                }
+            },
+        )
+        .await;
+        product
+    }
+
+    /// The operator process on the host; panics when the operator runs in the cluster (a test
+    /// that needs the process says so by calling this).
+    pub fn operator(&self) -> &Operator {
+        self.operator
+            .as_ref()
+            .expect("this test needs the operator on the host, not in the cluster")
+    }
+
+    /// [`Self::operator`], to restart or replace it.
+    pub fn operator_mut(&mut self) -> &mut Operator {
+        self.operator
+            .as_mut()
+            .expect("this test needs the operator on the host, not in the cluster")
+    }
+
+    /// The holder of the operator's Lease (a Pod's name when it runs in the cluster), if a
+    /// replica holds it.
+    pub fn leader(&self) -> Option<String> {
+        let (found, holder) = self.try_kubectl(
+            &[
+                "get",
+                "lease",
+                valkey_operator::controller::leader::LEASE_NAME,
+                "-n",
+                NAMESPACE,
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ],
+            None,
+        );
+        let holder = holder.trim();
+        (found && !holder.is_empty()).then(|| holder.to_string())
     }
 
     /// The test kubelet; panics on real nodes (a test that needs it says so by calling this).
@@ -420,7 +550,7 @@ impl Product {
     /// `valkey_operator_failovers_total{cluster,namespace}`, which exists (at 0) from the
     /// cluster's first reconcile: a missing series fails the check.
     pub async fn assert_failovers(&self, namespace: &str, name: &str, expected: u64) {
-        let text = self.operator.metrics().await;
+        let text = self.operator().metrics().await;
         let labels = [("cluster", name), ("namespace", namespace)];
         let counted = metric(&text, "valkey_operator_failovers_total", &labels);
         assert_eq!(
@@ -436,7 +566,24 @@ impl Drop for Product {
     /// folder goes with it otherwise).
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let log = self.operator.log();
+            let log = match &self.operator {
+                Some(operator) => operator.log(),
+                None => {
+                    self.try_kubectl(
+                        &[
+                            "logs",
+                            "-n",
+                            NAMESPACE,
+                            "-l",
+                            "app=valkey-operator",
+                            "--tail=100",
+                            "--prefix",
+                        ],
+                        None,
+                    )
+                    .1
+                }
+            };
             eprintln!("the operator's log ends:\n{}", tail(&log, 60));
             let kept = std::env::temp_dir()
                 .join(format!("valkey-operator-failed-{}.log", std::process::id()));
@@ -545,22 +692,27 @@ impl WatchReport {
     /// outside, and never fewer than `replicas` replicas.
     pub fn assert_shards(&self, shards: u16, failovers: usize, replicas: usize) {
         for shard in 0..shards {
-            // The first slot of the shard as the operator assigns them at creation.
-            let slot = bootstrap_range(u32::from(shard), u32::from(shards)).start;
-            assert_eq!(
-                primary_changes(&self.samples, slot),
-                failovers,
-                "{} shard {shard} (slot {slot}): primary changes",
-                self.cluster
-            );
-            let (fewest, at) = fewest_replicas_at(&self.samples, slot);
-            assert!(
-                fewest >= replicas,
-                "{} shard {shard} (slot {slot}) dipped below {replicas} replicas; the view:\n{}",
-                self.cluster,
-                at.map(describe_sample).unwrap_or_default()
-            );
+            self.assert_shard(shard, shards, failovers, replicas);
         }
+    }
+
+    /// [`Self::assert_shards`] for shard `shard` of `shards` alone.
+    pub fn assert_shard(&self, shard: u16, shards: u16, failovers: usize, replicas: usize) {
+        // The first slot of the shard as the operator assigns them at creation.
+        let slot = bootstrap_range(u32::from(shard), u32::from(shards)).start;
+        assert_eq!(
+            primary_changes(&self.samples, slot),
+            failovers,
+            "{} shard {shard} (slot {slot}): primary changes",
+            self.cluster
+        );
+        let (fewest, at) = fewest_replicas_at(&self.samples, slot);
+        assert!(
+            fewest >= replicas,
+            "{} shard {shard} (slot {slot}) dipped below {replicas} replicas; the view:\n{}",
+            self.cluster,
+            at.map(describe_sample).unwrap_or_default()
+        );
     }
 
     /// The longest stretch without an acknowledged write while the watch ran.

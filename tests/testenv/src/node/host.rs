@@ -40,6 +40,42 @@ pub fn release_bridge(subnet: u8) {
     let _ = ip(&["link", "del", &bridge_name(subnet)]);
 }
 
+/// The address an API server binds for Pods to reach, `198.19.M.1` (M in 1..=254): leased by
+/// adding it to the loopback interface (a second caller gets "File exists"). It is the first
+/// address of that control plane's Service range too, so the `kubernetes` Service's ClusterIP
+/// is the API server itself and Pods need no kube-proxy to reach it.
+pub fn lease_api_address() -> Result<u8, Error> {
+    for block in 1..=254u8 {
+        if ip(&[
+            "addr",
+            "add",
+            &format!("{}/32", api_address(block)),
+            "dev",
+            "lo",
+        ])? {
+            return Ok(block);
+        }
+    }
+    Err(Error::Binaries(
+        "no free address 198.19.1.1..198.19.254.1 for an API server".into(),
+    ))
+}
+
+/// `198.19.M.1`.
+pub fn api_address(block: u8) -> String {
+    format!("198.19.{block}.1")
+}
+
+pub fn release_api_address(block: u8) {
+    let _ = ip(&[
+        "addr",
+        "del",
+        &format!("{}/32", api_address(block)),
+        "dev",
+        "lo",
+    ]);
+}
+
 fn ip(args: &[&str]) -> Result<bool, Error> {
     Command::new("ip")
         .args(args)

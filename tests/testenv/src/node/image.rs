@@ -2,7 +2,9 @@
 //! import` reads) assembled from binaries already on this machine and the shared libraries
 //! they load, one layer, nothing pulled. The Valkey images mirror the official image where a
 //! Pod can tell (the `valkey` user 999, `/data` owned by it, `valkey-server` on `PATH`); the
-//! sandbox ("pause") image holds a program that sleeps until it is killed.
+//! sandbox ("pause") image holds a program that sleeps until it is killed. The operator's
+//! image is the repository's Dockerfile without an engine: the binary alone with the C
+//! libraries it loads, the distroless `nonroot` user 65532, no shell.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -15,6 +17,9 @@ use crate::Error;
 
 /// The uid and gid of the `valkey` user in the official Valkey images.
 pub const VALKEY_UID: u64 = 999;
+
+/// The uid and gid of distroless's `nonroot` user, which the operator's image runs as.
+pub const NONROOT_UID: u64 = 65532;
 
 /// The sandbox image containerd is configured with; built here, never pulled.
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10";
@@ -34,17 +39,23 @@ pub struct ImageSpec {
     pub user: String,
     pub working_dir: String,
     pub entrypoint: Vec<String>,
+    /// `config.Cmd`: the entrypoint's default arguments.
+    pub cmd: Vec<String>,
 }
 
 impl ImageSpec {
     /// The Valkey image of `version` as the samples name it (`valkey/valkey:<version>`), from
-    /// the fetched `valkey-server` of that version.
-    pub fn valkey(version: &str, server: &Path) -> Self {
+    /// the fetched `valkey-server` of that version, with `cli` as `valkey-cli` beside it (the
+    /// liveness probe runs it).
+    pub fn valkey(version: &str, server: &Path, cli: &Path) -> Self {
         let passwd = "root:x:0:0:root:/root:/sbin/nologin\nvalkey:x:999:999::/data:/sbin/nologin\n";
         let group = "root:x:0:\nvalkey:x:999:\n";
         Self {
             reference: format!("docker.io/valkey/valkey:{version}"),
-            binaries: vec![(server.to_path_buf(), "/usr/local/bin/valkey-server".into())],
+            binaries: vec![
+                (server.to_path_buf(), "/usr/local/bin/valkey-server".into()),
+                (cli.to_path_buf(), "/usr/local/bin/valkey-cli".into()),
+            ],
             folders: vec![
                 ("/data".into(), 0o755, VALKEY_UID),
                 ("/tmp".into(), 0o1777, 0),
@@ -56,6 +67,7 @@ impl ImageSpec {
             user: String::new(),
             working_dir: "/data".into(),
             entrypoint: vec!["valkey-server".into()],
+            cmd: Vec::new(),
         }
     }
 
@@ -70,6 +82,31 @@ impl ImageSpec {
             user: "65535:65535".into(),
             working_dir: "/".into(),
             entrypoint: vec!["/pause".into(), "infinity".into()],
+            cmd: Vec::new(),
+        }
+    }
+
+    /// The operator's image as the Dockerfile builds it, under `reference`, from `binary`:
+    /// `/usr/local/bin/valkey-operator` as the entrypoint, run as 65532, serving on 8443.
+    pub fn operator(reference: &str, binary: &Path) -> Self {
+        let passwd = "root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532::/home/nonroot:/sbin/nologin\n";
+        let group = "root:x:0:\nnonroot:x:65532:\n";
+        let serve = "serve --listen 0.0.0.0:8443 --tls-cert /tls/tls.crt --tls-key /tls/tls.key";
+        Self {
+            reference: reference.into(),
+            binaries: vec![(
+                binary.to_path_buf(),
+                "/usr/local/bin/valkey-operator".into(),
+            )],
+            folders: vec![("/home/nonroot".into(), 0o700, NONROOT_UID)],
+            files: vec![
+                ("/etc/passwd".into(), passwd.as_bytes().to_vec()),
+                ("/etc/group".into(), group.as_bytes().to_vec()),
+            ],
+            user: format!("{NONROOT_UID}:{NONROOT_UID}"),
+            working_dir: "/".into(),
+            entrypoint: vec!["/usr/local/bin/valkey-operator".into()],
+            cmd: serve.split(' ').map(Into::into).collect(),
         }
     }
 
@@ -85,6 +122,7 @@ impl ImageSpec {
                 "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
                 "WorkingDir": self.working_dir,
                 "Entrypoint": self.entrypoint,
+                "Cmd": self.cmd,
             },
             "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
         }))
@@ -246,30 +284,34 @@ fn hex(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
-    #[test]
-    fn a_valkey_image_holds_the_server_its_libraries_and_the_valkey_user_data_dir() {
+    /// What `spec`'s archive holds: its outer files, its layer's paths (mode, owner) and its
+    /// image config.
+    fn open(spec: &ImageSpec) -> (Vec<String>, BTreeMap<String, (u32, u64)>, serde_json::Value) {
         let dir = tempfile::tempdir().unwrap();
-        let spec = ImageSpec::valkey("9.9.9", Path::new("/bin/sleep"));
         let archive = dir.path().join("image.tar");
         spec.write_archive(&archive).unwrap();
 
         let mut outer = tar::Archive::new(std::fs::File::open(&archive).unwrap());
         let mut names = Vec::new();
         let mut layer = Vec::new();
+        let mut config = serde_json::Value::Null;
         for entry in outer.entries().unwrap() {
             let mut entry = entry.unwrap();
-            let name = entry.path().unwrap().display().to_string();
-            if entry.size() > 1_000_000 {
-                std::io::Read::read_to_end(&mut entry, &mut layer).unwrap();
+            names.push(entry.path().unwrap().display().to_string());
+            let mut content = Vec::new();
+            std::io::Read::read_to_end(&mut entry, &mut content).unwrap();
+            match serde_json::from_slice::<serde_json::Value>(&content) {
+                Ok(json) if json.get("rootfs").is_some() => config = json,
+                Ok(_) => {}
+                Err(_) if content.len() > 1_000_000 => layer = content,
+                Err(_) => {}
             }
-            names.push(name);
         }
-        assert!(names.contains(&"index.json".to_string()), "{names:?}");
-        assert!(names.contains(&"oci-layout".to_string()), "{names:?}");
-
-        let mut inside = std::collections::BTreeMap::new();
+        let mut inside = BTreeMap::new();
         for entry in tar::Archive::new(layer.as_slice()).entries().unwrap() {
             let entry = entry.unwrap();
             let header = entry.header();
@@ -278,11 +320,43 @@ mod tests {
                 (header.mode().unwrap(), header.uid().unwrap()),
             );
         }
+        (names, inside, config)
+    }
+
+    #[test]
+    fn a_valkey_image_holds_the_server_its_libraries_and_the_valkey_user_data_dir() {
+        let sleep = Path::new("/bin/sleep");
+        let (names, inside, _) = open(&ImageSpec::valkey("9.9.9", sleep, sleep));
+        assert!(names.contains(&"index.json".to_string()), "{names:?}");
+        assert!(names.contains(&"oci-layout".to_string()), "{names:?}");
         assert_eq!(inside["usr/local/bin/valkey-server"], (0o755, 0));
+        assert_eq!(inside["usr/local/bin/valkey-cli"], (0o755, 0));
         assert_eq!(inside["data"], (0o755, VALKEY_UID));
         assert!(
             inside.keys().any(|path| path.contains("libc.so")),
             "the C library travels with the binary: {inside:?}"
         );
+    }
+
+    #[test]
+    fn the_operator_image_runs_its_binary_as_nonroot_without_a_shell() {
+        let spec = ImageSpec::operator(
+            "docker.io/library/valkey-operator:t",
+            Path::new("/bin/sleep"),
+        );
+        let (_, inside, config) = open(&spec);
+        assert_eq!(inside["usr/local/bin/valkey-operator"], (0o755, 0));
+        assert!(
+            !inside
+                .keys()
+                .any(|path| path.ends_with("bin/sh") || path.ends_with("bash")),
+            "a shell in the image: {inside:?}"
+        );
+        assert_eq!(config["config"]["User"], "65532:65532");
+        assert_eq!(
+            config["config"]["Entrypoint"],
+            serde_json::json!(["/usr/local/bin/valkey-operator"])
+        );
+        assert_eq!(config["config"]["Cmd"][0], "serve");
     }
 }

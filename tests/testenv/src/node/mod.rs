@@ -10,7 +10,7 @@
 //! subnet (two tests never pick the same one), and a cgroup root of its own. Dropping the
 //! node kills every container it ran and removes all of it.
 
-mod host;
+pub(crate) mod host;
 pub mod image;
 
 use std::path::{Path, PathBuf};
@@ -36,6 +36,8 @@ pub struct NodeOptions {
     pub zone: Option<String>,
     /// How long to wait for the Node to turn Ready.
     pub ready_timeout: Duration,
+    /// Images to import besides the sandbox's and the Valkey ones (the operator's).
+    pub images: Vec<ImageSpec>,
 }
 
 impl NodeOptions {
@@ -44,6 +46,7 @@ impl NodeOptions {
             name: name.into(),
             zone: None,
             ready_timeout: Duration::from_secs(120),
+            images: Vec::new(),
         }
     }
 }
@@ -104,7 +107,7 @@ impl RealNode {
         host::create_cgroups(&node.cgroup_root())?;
         node.write_cni_config()?;
         node.start_containerd(&cni_bin).await?;
-        node.load_images()?;
+        node.load_images(&options.images)?;
         node.start_kubelet(plane, &options)?;
         node.wait_ready(plane, options.ready_timeout).await?;
         Ok(node)
@@ -272,9 +275,11 @@ state = "{state}"
         }
     }
 
-    /// The sandbox image and one Valkey image per fetched version, imported into containerd.
-    fn load_images(&self) -> Result<(), Error> {
+    /// The sandbox image, one Valkey image per fetched version and `more`, imported into
+    /// containerd.
+    fn load_images(&self, more: &[ImageSpec]) -> Result<(), Error> {
         let mut images = vec![ImageSpec::pause()];
+        images.extend_from_slice(more);
         let root = valkey_bin_root();
         let versions =
             std::fs::read_dir(&root).map_err(Error::io(format!("listing {}", root.display())))?;
@@ -282,7 +287,7 @@ state = "{state}"
             let server = version.path().join("valkey-server");
             if server.is_file() {
                 let name = version.file_name().to_string_lossy().into_owned();
-                images.push(ImageSpec::valkey(&name, &server));
+                images.push(ImageSpec::valkey(&name, &server, Path::new(VALKEY_CLI)));
             }
         }
         let folder = self.dir().join("images");
@@ -336,6 +341,9 @@ state = "{state}"
             "nodeStatusUpdateFrequency": "2s",
             // Nothing here relies on iptables; the host's rules stay as they were.
             "makeIPTablesUtilChains": false,
+            // Its own: a kubelet removes every Pod log folder of a Pod it does not run, so
+            // nodes sharing /var/log/pods deleted each other's logs (`kubectl logs` failed).
+            "podLogsDir": dir.join("pod-logs"),
         });
         let path = dir.join("kubelet.yaml");
         std::fs::write(&path, config.to_string())
@@ -419,6 +427,10 @@ impl Drop for RealNode {
 
 /// The folder of the CNI plugins: what `hack/install-node-packages.sh` prints (it installs
 /// containerd, runc and the plugins on first use).
+/// The `valkey-cli` the test Valkey images carry: Debian's `redis-cli`, which
+/// `hack/install-node-packages.sh` installs (see there why).
+const VALKEY_CLI: &str = "/usr/bin/redis-cli";
+
 pub fn cni_bin_dir() -> Result<PathBuf, Error> {
     crate::folder_from_script("hack/install-node-packages.sh")
 }
