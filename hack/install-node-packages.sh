@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs what a real test node runs beside the kubelet: containerd, runc and the CNI
-# reference plugins (bridge, host-local, loopback), from Debian's packages.
+# reference plugins (bridge, host-local, loopback), from Debian's packages; and redis-tools,
+# whose `redis-cli` the test Valkey images carry as `valkey-cli` (the official images have
+# valkey-cli, which the Pods' liveness probe runs; no valkey-cli build is reachable from the
+# test machines, and the probe's flags, `-s SOCKET PING`, and its exit codes are the same).
 #
 # Debian's packages rather than the Go modules: they are built and patched by the
 # distribution for this kernel and libc (runc links libseccomp), install in a minute instead
@@ -12,11 +15,12 @@
 # Prints the CNI plugin folder on its last line.
 set -euo pipefail
 
-packages=(containerd runc containernetworking-plugins)
+packages=(containerd runc containernetworking-plugins redis-tools)
 cni_dir=/usr/lib/cni
 
 installed() {
 	command -v containerd >/dev/null && command -v runc >/dev/null && command -v ctr >/dev/null &&
+		command -v redis-cli >/dev/null &&
 		[[ -x $cni_dir/bridge && -x $cni_dir/host-local && -x $cni_dir/loopback ]]
 }
 

@@ -12,15 +12,18 @@
 //! - Momento's documented examples apply unchanged (`--dry-run=server`, then for real), with a
 //!   role `subcommand`, a permission's `channels` and keys' default access; the user a
 //!   ValkeyConfig's `acl` defines logs in on every node of every cluster of that config, a
-//!   cluster's own user only on its own, and a cluster may not reuse the config's usernames.
+//!   cluster's own user only on its own, and a cluster may not reuse the config's usernames;
+//! - a hung primary (SIGSTOP) of a 2-shard cluster, which Valkey cannot fail over (one of two
+//!   primaries is no majority), is killed by its liveness probe and its shard taken over, with
+//!   no acknowledged write lost.
 
 use std::collections::BTreeSet;
 use std::process::{Child, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use harness::eventually;
 use harness::k8s::chart::get_json;
-use harness::k8s::{IMAGES, Product};
+use harness::k8s::{ClusterWatch, IMAGES, Product, converged};
 use harness::valkey::config_get;
 use serde_json::Value;
 
@@ -457,5 +460,92 @@ async fn momentos_examples_apply_and_a_config_level_user_logs_in_on_every_cluste
     assert!(
         said.contains("defined by the acl of ValkeyConfig large"),
         "{said}"
+    );
+}
+
+const TWO_SHARDS: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: my-app}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata: {name: plain}
+spec: {imageRef: valkey-9-0-0, valkey: {save: ""}}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {name: stuck, namespace: my-app}
+spec: {configRef: plain, shards: 2, replicasPerShard: 1}
+"#;
+
+/// A Pod's phase and whether it is being deleted; `None` once it is gone.
+fn phase(product: &Product, pod: &str) -> Option<(String, bool)> {
+    let template = "jsonpath={.status.phase} {.metadata.deletionTimestamp}";
+    let (found, output) =
+        product.try_kubectl(&["get", "pod", "-n", NAMESPACE, pod, "-o", template], None);
+    let mut words = output.split_whitespace();
+    found.then(|| {
+        let phase = words.next().unwrap_or_default().to_string();
+        (phase, words.next().is_some())
+    })
+}
+
+#[tokio::test]
+async fn a_hung_primary_is_killed_by_its_liveness_probe_and_its_shard_taken_over() {
+    let product = Product::start(None, &[]).await;
+    product.apply(IMAGES);
+    product.apply(TWO_SHARDS);
+    product
+        .wait_converged(&[(NAMESPACE, "stuck")], "9.0.0", Duration::from_secs(120))
+        .await;
+
+    let watch = ClusterWatch::start(&product, NAMESPACE, "stuck").await;
+    let victim = product.primary_of(NAMESPACE, "stuck", 0).await;
+    let pid = product.server_pid(NAMESPACE, &victim);
+    let hung = Instant::now();
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success(), "kill -STOP {pid}");
+
+    // Killed by the kubelet (its Pod `Failed`, not deleted): three failed probes within about
+    // 11 s, then the Pod's 10 s grace. (The operator's own silence bound, 20 s, would instead
+    // delete the Pod after taking its shard over.)
+    eventually(
+        "the hung primary killed",
+        Duration::from_secs(30),
+        async || match phase(&product, &victim) {
+            Some((phase, false)) if phase == "Failed" => Ok(()),
+            seen => Err(format!("{seen:?}")),
+        },
+    )
+    .await;
+    let killed = hung.elapsed();
+    eventually(
+        "the shard taken over and whole",
+        Duration::from_secs(120),
+        async || {
+            let cluster = product.cluster(NAMESPACE, "stuck");
+            let pods = product.addresses(NAMESPACE, "stuck");
+            if converged(&cluster, "9.0.0") && !pods.contains_key(&victim) && pods.len() == 4 {
+                Ok(())
+            } else {
+                Err(format!("{pods:?}\n{:#}", cluster["status"]))
+            }
+        },
+    )
+    .await;
+    let whole = hung.elapsed();
+    let report = watch.finish(&product).await;
+    // The hung shard changed primary once; the other never did.
+    report.assert_shard(0, 2, 1, 0);
+    report.assert_shard(1, 2, 0, 1);
+    println!(
+        "hung primary killed by its liveness probe {killed:.1?} after SIGSTOP; shard whole \
+         again after {whole:.1?}; {} acknowledged writes, none lost; longest write gap {:.1?}",
+        report.log.ack_times.len(),
+        report.longest_write_gap()
     );
 }

@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, KeyToPath,
-    ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements, SecretVolumeSource, Service,
-    ServicePort, ServiceSpec, TCPSocketAction, Toleration, TopologySpreadConstraint, Volume,
-    VolumeMount,
+    Affinity, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, ExecAction,
+    KeyToPath, ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements, SecretVolumeSource,
+    Service, ServicePort, ServiceSpec, TCPSocketAction, Toleration, TopologySpreadConstraint,
+    Volume, VolumeMount,
 };
 use k8s_openapi::api::core::v1::{
     Capabilities, PodSecurityContext, SeccompProfile, SecurityContext,
@@ -60,6 +60,20 @@ const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 pub const CONTAINER: &str = "valkey";
 /// Where the node keeps `nodes.conf` and its data.
 pub const DATA_DIR: &str = "/data";
+
+/// A Valkey Pod's `terminationGracePeriodSeconds` (see [`ClusterRender::pod`]).
+pub const TERMINATION_GRACE_SECONDS: i64 = 10;
+
+/// The server's unix socket, in the data folder: where the liveness probe reaches it, with the
+/// same `PING` under TLS (the socket is never TLS) and no network address needed.
+pub const PROBE_SOCKET: &str = "/data/valkey.sock";
+
+/// The liveness probe's command, run in the container by the kubelet: `valkey-cli` (in the
+/// official image beside `valkey-server`) PINGs the server on its socket. Any answer counts,
+/// `-NOAUTH` and `-LOADING` too (valkey-cli exits 0 on an error reply unless given `-e`): it
+/// proves the event loop runs, and no credential enters the Pod. A hung server answers
+/// nothing, the probe times out, and the kubelet kills the container.
+pub const LIVENESS_COMMAND: [&str; 4] = ["valkey-cli", "-s", PROBE_SOCKET, "PING"];
 
 /// Valkey settings every node starts with unless the config sets them, because the roll relies
 /// on them: a new replica's full sync starts at once (the operator adds replicas one at a time,
@@ -296,7 +310,12 @@ impl ClusterRender<'_> {
                     .filter(|s| !s.is_empty()),
                 affinity: self.zone_affinity(),
                 topology_spread_constraints: Some(self.spread_constraints(shard)),
-                termination_grace_period_seconds: Some(30),
+                // What a stopping server needs: a retired node was handed over before, its data
+                // goes with the emptyDir. It is also how long a hung server's kill takes: a
+                // kubelet kills a single-container Pod that fails its liveness probe with
+                // `restartPolicy: Never` as a whole, with the Pod's grace (not the probe's), and
+                // a stopped process ignores SIGTERM.
+                termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
                 tolerations: Some(vec![arm64_toleration()]),
                 // Data lives only in memory and an emptyDir: a server restarted in place
                 // comes back as the primary of an empty or stale data set, and its replica
@@ -349,6 +368,7 @@ impl ClusterRender<'_> {
                 period_seconds: Some(2),
                 ..Default::default()
             }),
+            liveness_probe: Some(liveness_probe()),
             volume_mounts: Some(self.volume_mounts()),
             security_context: Some(container_security()),
             ..Default::default()
@@ -372,6 +392,8 @@ impl ClusterRender<'_> {
             ("--cluster-enabled", "yes".to_string()),
             ("--cluster-config-file", format!("{DATA_DIR}/nodes.conf")),
             ("--cluster-announce-ip", "$(POD_IP)".to_string()),
+            ("--unixsocket", PROBE_SOCKET.to_string()),
+            ("--unixsocketperm", "700".to_string()),
         ]
         .into_iter()
         .chain(self.tls_args())
@@ -681,6 +703,24 @@ fn arm64_toleration() -> Toleration {
         operator: Some("Equal".into()),
         value: Some("arm64".into()),
         effect: Some("NoSchedule".into()),
+        ..Default::default()
+    }
+}
+
+/// A hung server (its process alive, its event loop not) fails its third probe within about
+/// 11 s (the first probe within 3 s of the hang, three failures 3 s apart, each given 2 s), about
+/// when Valkey itself gives a silent node up (`cluster-node-timeout` 5 s, then a vote): a server
+/// blocked this long is already failed over by its peers. The kubelet then kills it, SIGKILL
+/// after the Pod's grace ([`TERMINATION_GRACE_SECONDS`]): within about 21 s in all. With
+/// `restartPolicy: Never` the Pod fails, and its shard is taken over like one whose server died.
+fn liveness_probe() -> Probe {
+    Probe {
+        exec: Some(ExecAction {
+            command: Some(LIVENESS_COMMAND.iter().map(ToString::to_string).collect()),
+        }),
+        period_seconds: Some(3),
+        timeout_seconds: Some(2),
+        failure_threshold: Some(3),
         ..Default::default()
     }
 }

@@ -602,3 +602,43 @@ fn every_node_starts_with_only_the_auth_conf_of_its_credentials_secret() {
     let env = serde_json::to_string(&spec.containers[0]).unwrap();
     assert!(!env.contains("masterauth"), "{env}");
 }
+
+#[test]
+fn every_pod_is_probed_for_liveness_on_the_servers_socket_with_or_without_tls() {
+    let mut tls = cluster();
+    tls.spec.tls = Some(crate::api::ClusterTls {
+        secret_ref: "orders-tls".into(),
+    });
+    for cluster in [cluster(), tls] {
+        let spec = pod_spec(&cluster);
+        let container = &spec.containers[0];
+        let args = container.args.clone().unwrap().join(" ");
+        assert!(
+            args.contains(&format!("--unixsocket {PROBE_SOCKET} --unixsocketperm 700")),
+            "{args}"
+        );
+        // The socket is in the data folder, which the container mounts.
+        let mounts = container.volume_mounts.iter().flatten();
+        assert!(
+            mounts
+                .filter(|m| m.name == "data")
+                .any(|m| PROBE_SOCKET.starts_with(&format!("{}/", m.mount_path)))
+        );
+        let probe = container.liveness_probe.clone().unwrap();
+        assert_eq!(
+            probe.exec.unwrap().command.unwrap(),
+            ["valkey-cli", "-s", PROBE_SOCKET, "PING"]
+        );
+        // Killed within the bound the docs give: 3 failures 3 s apart, 2 s each, then the
+        // Pod's grace.
+        assert_eq!(
+            (
+                probe.period_seconds,
+                probe.timeout_seconds,
+                probe.failure_threshold
+            ),
+            (Some(3), Some(2), Some(3))
+        );
+        assert_eq!(spec.termination_grace_period_seconds, Some(10));
+    }
+}

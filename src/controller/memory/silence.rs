@@ -2,13 +2,14 @@
 //! nodes are hung ([`crate::roll::ObservedNode::hung`]): silent for longer than
 //! [`silence_bound`] while their Pod runs.
 //!
-//! Why the operator's own timer rather than a liveness probe with its login: a probe would put
-//! a password in the Pod (an exec probe runs inside it) and depends on what the image holds,
-//! and the kubelet would restart a paused server in place, which the operator never does (a
-//! restarted primary comes back empty). The timer works for every shard count and image, and
-//! what it decides goes through the planner like every other step: a hung primary's shard is
-//! taken over by its most caught-up replica, and the hung node is then replaced and retired.
-//! A restart of the operator starts every count again, which only delays a takeover.
+//! The timer stands beside the Pods' liveness probe (`render::liveness_probe`), which usually
+//! acts first: the kubelet kills a hung server within about 21 s, and the Pod fails (it is never
+//! restarted in place, where a primary would come back empty). The timer covers what the probe
+//! cannot see: a server that answers on its socket but not on the Pod network, an image
+//! without `valkey-cli`, a node whose kubelet is gone. What it decides goes through the planner
+//! like every other step: a hung primary's shard is taken over by its most caught-up replica,
+//! and the hung node is then replaced and retired. A restart of the operator starts every
+//! count again, which only delays a takeover.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -46,6 +46,11 @@ impl ProcessGuard {
     }
 
     /// The exit status if the process has ended (reaping it), `None` while it runs.
+    /// Sends `signal` to the process's group (what a kubelet's kill of a container does).
+    pub fn signal(&self, signal: libc::c_int) {
+        signal_group(self.pid(), signal);
+    }
+
     pub fn try_exit_status(&mut self) -> io::Result<Option<ExitStatus>> {
         self.child.try_wait()
     }

@@ -4,6 +4,7 @@
 
 mod container;
 pub(crate) mod ip;
+mod liveness;
 mod pod;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

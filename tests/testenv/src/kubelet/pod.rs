@@ -21,6 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
 use super::container::{argv, expand, map_mounts, program, project, valkey_port, valkey_version};
+use super::liveness::{self, Liveness};
 use super::{PodSlot, Shared, ip};
 use crate::process::ProcessGuard;
 
@@ -74,7 +75,19 @@ struct PodWorker {
     ready_changed_at: Time,
     /// When the server was last PINGed for readiness.
     probed_at: Option<Instant>,
+    /// The running container's liveness probe and its count of failures.
+    liveness: Option<LivenessState>,
     reported: Option<PodStatus>,
+}
+
+/// A liveness probe as it runs against one start of the container.
+struct LivenessState {
+    probe: Liveness,
+    started: Instant,
+    probed_at: Option<Instant>,
+    failures: u32,
+    /// Failed for good: SIGTERM was sent; SIGKILL follows at this moment.
+    kill_at: Option<Instant>,
 }
 
 /// Runs one Pod until it is deleted. `pods` carries the Pod's latest version, or `None`
@@ -134,10 +147,9 @@ impl PodWorker {
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let dir = shared
-            .pods_dir
-            .path()
-            .join(format!("{namespace}_{name}_{uid}"));
+        // Named by uid alone: a unix socket under it (the server's, in its data folder) must
+        // fit the 107 bytes of a socket address.
+        let dir = shared.pods_dir.path().join(&uid);
         Self {
             shared,
             namespace,
@@ -157,6 +169,7 @@ impl PodWorker {
             ready: false,
             ready_changed_at: now(),
             probed_at: None,
+            liveness: None,
             reported: None,
         }
     }
@@ -176,6 +189,7 @@ impl PodWorker {
             self.start(pod).await;
         }
         self.check_exit(pod);
+        self.check_liveness(pod).await;
         if self
             .unreported_exit
             .as_ref()
@@ -328,6 +342,12 @@ impl PodWorker {
         let ip = self.lease_ip(&log)?;
         let env = self.container_env(pod, container, ip).await?;
         let mounts = self.prepare_volumes(pod, container).await?;
+        let liveness = Liveness::from_probe(container.liveness_probe.as_ref(), &mounts).map_err(
+            |message| NotStarted {
+                reason: "Unsupported",
+                message,
+            },
+        )?;
         let command: Vec<String> = (container.command.clone().unwrap_or_default().iter())
             .map(|c| expand(c, &env))
             .collect();
@@ -364,6 +384,13 @@ impl PodWorker {
         if let Some(slot) = self.shared.slots().get_mut(&self.uid) {
             slot.process = Some(guard);
         }
+        self.liveness = liveness.map(|probe| LivenessState {
+            probe,
+            started: Instant::now(),
+            probed_at: None,
+            failures: 0,
+            kill_at: None,
+        });
         Ok(port)
     }
 
@@ -505,6 +532,56 @@ impl PodWorker {
             (mount.mount_path, host)
         })
         .collect())
+    }
+
+    /// Runs the liveness probe when due; kills the container (SIGTERM, then SIGKILL after the
+    /// probe's grace, else the Pod's, at most [`MAX_GRACE`]) once it has failed
+    /// `failureThreshold` times in a row, as a kubelet does.
+    async fn check_liveness(&mut self, pod: &Pod) {
+        if !matches!(self.phase, Phase::Running { .. }) || self.unreported_exit.is_some() {
+            return;
+        }
+        let Some(state) = self.liveness.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        if let Some(kill_at) = state.kill_at {
+            if now >= kill_at {
+                signal(&self.shared, &self.uid, libc::SIGKILL);
+            }
+            return;
+        }
+        let due = state
+            .probed_at
+            .map_or(state.started + state.probe.initial_delay, |at| {
+                at + state.probe.period
+            });
+        if now < due {
+            return;
+        }
+        state.probed_at = Some(now);
+        if liveness::answers(&state.probe.target, state.probe.timeout).await {
+            state.failures = 0;
+            return;
+        }
+        state.failures += 1;
+        tracing::info!(pod = %self.name, failures = state.failures, "test kubelet: liveness probe failed");
+        if state.failures >= state.probe.failure_threshold {
+            let pod_grace = pod
+                .spec
+                .as_ref()
+                .and_then(|spec| spec.termination_grace_period_seconds)
+                .map_or(MAX_GRACE, |s| Duration::from_secs(s.max(0).unsigned_abs()));
+            // A kubelet kills a Pod with `restartPolicy: Never` whose only container failed as
+            // a whole, with the Pod's grace; the probe's own grace applies to a container it
+            // restarts.
+            let never =
+                pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("Never");
+            let probe_grace = state.probe.grace.filter(|_| !never);
+            let grace = probe_grace.unwrap_or(pod_grace).min(MAX_GRACE);
+            state.kill_at = Some(Instant::now() + grace);
+            signal(&self.shared, &self.uid, libc::SIGTERM);
+        }
     }
 
     /// Notices an exited process: restarts it later or leaves it down, per restartPolicy.
@@ -730,6 +807,13 @@ impl PodWorker {
         }
         // The log stays (for post-mortems) until the kubelet's folder goes; the data goes now.
         let _ = std::fs::remove_dir_all(self.dir.join("volumes"));
+    }
+}
+
+/// Sends `signal` to the container process of the Pod `uid`, if it runs.
+fn signal(shared: &Shared, uid: &str, signal: libc::c_int) {
+    if let Some(process) = shared.slots().get(uid).and_then(|s| s.process.as_ref()) {
+        process.signal(signal);
     }
 }
 
