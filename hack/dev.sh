@@ -48,6 +48,7 @@ log "fetching Valkey binaries and building the control plane (first run: ~30 min
 hack/fetch-valkey.sh 9.0.0 9.1.2 >/dev/null
 if [[ "$nodes" == real ]]; then
 	hack/install-node-packages.sh >/dev/null || die "real nodes need containerd, runc and the CNI plugins (DEV_NODES=test runs without them)"
+	crictl=$(hack/build-crictl.sh)
 fi
 bin_dir=$(hack/build-k8s.sh)
 cargo build --quiet -p testenv -p valkey-operator --bins
@@ -142,7 +143,9 @@ In another terminal:
 
 $(if [[ "$nodes" == real ]]; then
 	echo "Pods run as containers on real nodes (kubectl get nodes -o wide), each at its own address"
-	echo "on 198.18.0.0/15, reachable from this machine. No node lets anyone in"
+	echo "on 198.18.0.0/15, reachable from this machine. A node's containers, as its kubelet sees them:"
+	sed -n "s|.*real node \([^ ]*\) Ready .*logs in \([^)]*\)).*|  \1: $crictl --runtime-endpoint unix://\2/containerd.sock ps|p" "$dev_dir/testenv.log"
+	echo "No node lets anyone in"
 else
 	echo "Pods run as local valkey-server processes on 127.1.x.y (the Pod IP). No node lets anyone in"
 fi)
