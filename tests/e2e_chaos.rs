@@ -13,8 +13,8 @@
 //! - an Eviction of a replica's Pod: deferred until a replacement has joined, no primary
 //!   change;
 //! - a primary's Pod deleted by hand: its server stopped for good, so taken over at once;
-//! - a primary's server paused (SIGSTOP) past the node timeout, then resumed: not taken over
-//!   (it may come back), nothing lost;
+//! - a primary's server paused (SIGSTOP) past the node timeout but not as long as its liveness
+//!   probe takes to fail, then resumed: not taken over (it may come back), nothing lost;
 //! - the operator killed (SIGKILL) at a planned failover and restarted: one failover a shard;
 //! - a primary's server killed in the middle of a roll: taken over, and the roll finishes;
 //! - a roll whose failover of a shard was recorded and never took effect, three times (as when
@@ -322,19 +322,21 @@ async fn faults_lose_nothing_a_replica_held_and_heal() {
     assert_eq!(row.primary_changes, [1, 0]);
     rows.insert(4, row);
 
-    // A primary's server paused (SIGSTOP) for twice the node timeout, then resumed: its Pod
-    // still runs, so it may come back and is not taken over; with two shards Valkey cannot
-    // fail it over either (no majority of primaries), so the shard's writes wait, and resume.
+    // A primary's server paused (SIGSTOP) past the 5 s node timeout, then resumed before its
+    // liveness probe can fail three times (8 s at the soonest): its Pod still runs, so it may
+    // come back and is not taken over; with two shards Valkey cannot fail it over either (no
+    // majority of primaries), so the shard's writes wait, and resume. A longer hang is killed
+    // by the probe (e2e_momento_contract).
     let victim = primary_of(&product, 1).await;
     let pid = product.server_pid(NAMESPACE, &victim);
     let row = measure(
         &product,
-        "SIGSTOP of a primary, 10 s",
+        "SIGSTOP of a primary, 6 s",
         None,
         "9.0.0",
         async || {
             let at = signal(pid, "-STOP");
-            tokio::time::sleep(Duration::from_secs(10)).await;
+            tokio::time::sleep(Duration::from_secs(6)).await;
             signal(pid, "-CONT");
             at
         },

@@ -48,6 +48,9 @@ const WHOLE_WITHIN: Duration = Duration::from_secs(180);
 /// Longest pause drawn: well past the operator's silence bound (20 s at this node timeout,
 /// counted from the first pass that finds the node silent), so a paused primary is taken over.
 const LONG_PAUSE: Duration = Duration::from_secs(40);
+/// The shortest hang the liveness probe can kill (three failed probes 3 s apart, the last
+/// timing out after 2 s): a primary paused this long may die and be taken over.
+const LIVENESS_KILLS_FROM: Duration = Duration::from_secs(8);
 
 /// SplitMix64: a seed's whole schedule, the same on every run.
 struct Dice(u64);
@@ -328,8 +331,9 @@ impl Run<'_> {
             Fault::Pause(target, pause) => {
                 if let Some(pid) = self.target_pid(target).await {
                     signal(pid, "-STOP");
-                    // A long pause of a primary is a death to the operator: it may be taken over.
-                    self.note(target, pause >= LONG_PAUSE, at);
+                    // A pause the liveness probe may end, or past the silence bound, is a death:
+                    // the primary may be taken over.
+                    self.note(target, pause >= LIVENESS_KILLS_FROM, at);
                     self.resumes.push(tokio::spawn(async move {
                         tokio::time::sleep(pause).await;
                         let _ = std::process::Command::new("kill")
