@@ -277,13 +277,14 @@ metadata: {name: till, namespace: heal-hung}
 spec: {configRef: heal-hung-config, shards: 2, replicasPerShard: 1}
 "#;
 
-/// Whether process `pid` is stopped (`T` in /proc/PID/stat).
-fn stopped(pid: u32) -> bool {
+/// Whether process `pid` runs: neither stopped (`T`), a zombie, nor gone (its liveness probe
+/// may have had it killed).
+fn running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|stat| {
             let state = stat.rsplit_once(") ")?.1.chars().next()?;
-            Some(state == 'T' || state == 't')
+            Some(!matches!(state, 'T' | 't' | 'Z' | 'X'))
         })
         .unwrap_or(false)
 }
@@ -312,7 +313,7 @@ async fn a_hung_primary_is_taken_over_where_valkey_cannot_fail_it_over() {
     let paused = signal(pid, "-STOP");
     let served = served_again(&product, cluster, 0, &victim, paused).await;
     assert!(
-        stopped(pid),
+        !running(pid),
         "the primary was resumed before its shard was taken over"
     );
     let whole_after = whole(&product, cluster, &[(1, 8192), (1, 8192)], paused).await;
