@@ -10,11 +10,17 @@ use crate::api::bounds::{Caps, MAX_REPLICAS_PER_SHARD, MAX_SHARDS};
 /// The ConfigMap's name.
 pub const CONFIG_MAP: &str = "valkey-operator-config";
 
+/// The Kubernetes cluster's DNS domain unless the ConfigMap sets `clusterDomain`.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
+
 /// Settings with their defaults.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OperatorSettings {
     /// Zone spreading for clusters that do not set `placement.zoneSpread`.
     pub default_zone_spread: ZoneSpread,
+    /// The Kubernetes cluster's DNS domain: a TLS node announces
+    /// `<pod>.<cluster>.<namespace>.svc.<domain>` and is verified by that name.
+    pub cluster_domain: String,
     /// See [`Policy::fleet_roll_ack_threshold`].
     pub fleet_roll_ack_threshold: Option<usize>,
     /// The largest cluster admission lets a tenant create or grow to.
@@ -25,6 +31,19 @@ pub struct OperatorSettings {
     /// How many clusters the controller reconciles at once (a flag, not a ConfigMap key;
     /// 0: no bound).
     pub max_concurrent_reconciles: u16,
+}
+
+impl Default for OperatorSettings {
+    fn default() -> Self {
+        Self {
+            default_zone_spread: ZoneSpread::default(),
+            cluster_domain: DEFAULT_CLUSTER_DOMAIN.to_string(),
+            fleet_roll_ack_threshold: None,
+            caps: Caps::default(),
+            operator_namespace: String::new(),
+            max_concurrent_reconciles: 0,
+        }
+    }
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -48,7 +67,11 @@ pub enum SettingsError {
         limit: i32,
     },
     #[error(
-        "ConfigMap {CONFIG_MAP}: unknown key {0:?}; known keys are defaultZoneSpread, fleetRollAckThreshold, maxShards and maxReplicasPerShard"
+        "ConfigMap {CONFIG_MAP}: clusterDomain is {0:?}; use the cluster's DNS domain, lowercase labels of letters, digits and '-' joined by dots (e.g. \"cluster.local\")"
+    )]
+    ClusterDomain(String),
+    #[error(
+        "ConfigMap {CONFIG_MAP}: unknown key {0:?}; known keys are defaultZoneSpread, clusterDomain, fleetRollAckThreshold, maxShards and maxReplicasPerShard"
     )]
     UnknownKey(String),
 }
@@ -63,6 +86,12 @@ impl OperatorSettings {
                 "defaultZoneSpread" => {
                     settings.default_zone_spread =
                         zone_spread(value).ok_or_else(|| SettingsError::ZoneSpread(value.into()))?
+                }
+                "clusterDomain" => {
+                    if !is_dns_name(value) {
+                        return Err(SettingsError::ClusterDomain(value.into()));
+                    }
+                    settings.cluster_domain = value.to_string();
                 }
                 "fleetRollAckThreshold" => {
                     settings.fleet_roll_ack_threshold = Some(
@@ -116,6 +145,20 @@ fn zone_spread(value: &str) -> Option<ZoneSpread> {
         "required" => Some(ZoneSpread::Required),
         _ => None,
     }
+}
+
+/// Lowercase DNS labels (letters, digits, inner `-`, at most 63 each) joined by dots, at most
+/// 200 characters so a node's full name still fits a DNS name.
+fn is_dns_name(value: &str) -> bool {
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    value.len() <= 200 && value.split('.').all(label)
 }
 
 /// A cap between `min` and the CRD's hard `limit`.
@@ -183,6 +226,24 @@ mod tests {
         assert_eq!(config_map_wins.default_zone_spread, ZoneSpread::BestEffort);
         let error = OperatorSettings::from_sources(&empty, Some("always")).unwrap_err();
         assert!(error.to_string().contains("DEFAULT_ZONE_SPREAD"), "{error}");
+    }
+
+    #[test]
+    fn the_cluster_domain_is_a_dns_name_and_defaults_to_cluster_local() {
+        assert_eq!(OperatorSettings::default().cluster_domain, "cluster.local");
+        let set = OperatorSettings::from_data(&data(&[("clusterDomain", "corp.example")])).unwrap();
+        assert_eq!(set.cluster_domain, "corp.example");
+        for bad in [
+            "",
+            "Cluster.Local",
+            "cluster..local",
+            "-a.local",
+            "a_b.local",
+            ".local",
+        ] {
+            let err = OperatorSettings::from_data(&data(&[("clusterDomain", bad)])).unwrap_err();
+            assert_eq!(err, SettingsError::ClusterDomain(bad.into()), "{bad:?}");
+        }
     }
 
     #[test]

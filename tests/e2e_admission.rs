@@ -167,6 +167,39 @@ spec: {configRef: standard-large, shards: 2, replicasPerShard: 1}
         "{stderr}"
     );
 
+    // A TLS cluster's Secret may be repointed (the nodes roll onto it); TLS may not be removed.
+    must(
+        &plane,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata: {name: vault, namespace: team-a}\nspec: {configRef: standard, shards: 1, replicasPerShard: 1, tls: {secretRef: vault-tls}}\n",
+        ),
+    );
+    let patch_vault = |patch: &str| {
+        kubectl(
+            &plane,
+            &[
+                "patch",
+                "valkeycluster",
+                "vault",
+                "-n",
+                "team-a",
+                "--type",
+                "merge",
+                "-p",
+                patch,
+            ],
+            None,
+        )
+    };
+    let (ok, stderr) = patch_vault(r#"{"spec": {"tls": {"secretRef": "vault-tls-2027"}}}"#);
+    assert!(ok, "a repointed TLS Secret was refused: {stderr}");
+    let (ok, stderr) = patch_vault(r#"{"spec": {"tls": null}}"#);
+    assert!(
+        !ok && stderr.contains("spec.tls is set at creation only"),
+        "{stderr}"
+    );
+
     // Printer columns explain themselves.
     let table = must(&plane, &["get", "valkeyimages"], None);
     assert!(

@@ -194,8 +194,10 @@ spec: {{cluster: vault, shard: 0, image: "evil/miner:9.0.0", version: "9.0.0", r
     tls_cluster_waits_for_its_secret_then_mounts_it(&product).await;
 }
 
-/// A TLS cluster touches nothing until its CA can be read; then its Pods mount the Secret and
-/// serve TLS only. (The Valkey binaries here have no TLS, so the Pod is checked as stored.)
+/// A TLS cluster touches nothing until its Secret passes Momento's checks, each failure
+/// `Invalid` with Momento's message verbatim; once fixed in place, its Pods mount the Secret,
+/// serve TLS only and announce their per-Pod DNS names. (The Valkey binaries here have no TLS,
+/// so the Pod is checked as stored.)
 async fn tls_cluster_waits_for_its_secret_then_mounts_it(product: &Product) {
     product.apply(
         r#"
@@ -205,43 +207,73 @@ metadata: {name: secure, namespace: locked}
 spec: {configRef: locked-config, shards: 1, replicasPerShard: 0, tls: {secretRef: secure-tls}}
 "#,
     );
-    eventually(
-        "Degraded=True (TlsUnavailable)",
-        Duration::from_secs(30),
-        async || {
+    let invalid_with = async |expected: &str| {
+        let waiting = eventually(expected, Duration::from_secs(30), async || {
             let cluster = product.cluster(NAMESPACE, "secure");
-            match condition_field(&cluster, "Degraded", "reason").as_deref() {
-                Some("TlsUnavailable") => Ok(()),
-                _ => Err(cluster["status"].to_string()),
-            }
-        },
-    )
-    .await;
-    let waiting = product.cluster(NAMESPACE, "secure");
-    let message = condition_field(&waiting, "Degraded", "message").unwrap();
-    assert!(message.contains("secure-tls does not exist"), "{message}");
-    // Momento's contract: `Invalid`, and the same sentence in `status.message`.
-    assert_eq!(waiting["status"]["state"], "Invalid", "{waiting}");
-    assert_eq!(waiting["status"]["message"], message.as_str());
+            let message = condition_field(&cluster, "Degraded", "message");
+            (message.as_deref() == Some(expected)).then_some(cluster)
+        })
+        .await;
+        let reason = condition_field(&waiting, "Degraded", "reason");
+        assert_eq!(reason.as_deref(), Some("TlsUnavailable"), "{waiting}");
+        // Momento's contract: `Invalid`, and the same sentence in `status.message`.
+        assert_eq!(waiting["status"]["state"], "Invalid", "{waiting}");
+        assert_eq!(waiting["status"]["message"], expected, "{waiting}");
+    };
+    invalid_with(r#"TLS Secret "secure-tls" not found in namespace "locked""#).await;
     let selector = "valkey.gomomento.com/cluster=secure";
     let pods = json(product, &["get", "pods", "-n", NAMESPACE, "-l", selector]);
     assert_eq!(pods["items"].as_array().unwrap().len(), 0, "{pods}");
 
     let dir = tempfile::tempdir().unwrap();
-    let names = ["secure.locked.svc".to_string()];
-    let files =
-        valkey_operator::cli::certs::write_dev_certificates(dir.path(), &names, &[]).unwrap();
-    let from = |key: &str, path: &std::path::Path| format!("--from-file={key}={}", path.display());
-    product.kubectl(&[
-        "create",
-        "secret",
-        "generic",
-        "secure-tls",
-        "-n",
-        NAMESPACE,
-        &from("ca.crt", &files.ca_cert),
-        &from("tls.crt", &files.cert),
-        &from("tls.key", &files.key),
+    let service = "secure.locked.svc.cluster.local";
+    let certificates = |folder: &str, names: &[String]| {
+        let path = dir.path().join(folder);
+        valkey_operator::cli::certs::write_dev_certificates(&path, names, &[]).unwrap()
+    };
+    let narrow = certificates("narrow", &[service.to_string()]);
+    let good = certificates("good", &[service.to_string(), format!("*.{service}")]);
+    let secret = |files: &[(&str, &std::path::Path)]| {
+        let _ = product.try_kubectl(
+            &[
+                "delete",
+                "secret",
+                "secure-tls",
+                "-n",
+                NAMESPACE,
+                "--ignore-not-found",
+            ],
+            None,
+        );
+        let mut args: Vec<String> = ["create", "secret", "generic", "secure-tls", "-n", NAMESPACE]
+            .map(String::from)
+            .to_vec();
+        args.extend(
+            files
+                .iter()
+                .map(|(key, path)| format!("--from-file={key}={}", path.display())),
+        );
+        product.kubectl(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    };
+    secret(&[("tls.crt", &narrow.cert), ("tls.key", &narrow.key)]);
+    invalid_with(r#"TLS Secret "secure-tls" missing required key "ca.crt""#).await;
+    secret(&[
+        ("tls.crt", &narrow.cert),
+        ("tls.key", &narrow.key),
+        ("ca.crt", &narrow.ca_cert),
+    ]);
+    invalid_with(
+        r#"TLS cert in Secret "secure-tls" missing SAN "*.secure.locked.svc.cluster.local""#,
+    )
+    .await;
+    let pods = json(product, &["get", "pods", "-n", NAMESPACE, "-l", selector]);
+    assert_eq!(pods["items"].as_array().unwrap().len(), 0, "{pods}");
+
+    // Fixed in place, shaped as Momento's certificates are.
+    secret(&[
+        ("tls.crt", &good.cert),
+        ("tls.key", &good.key),
+        ("ca.crt", &good.ca_cert),
     ]);
     let pod = eventually(
         "a Pod of the TLS cluster",
@@ -262,6 +294,20 @@ spec: {configRef: locked-config, shards: 1, replicasPerShard: 0, tls: {secretRef
         },
     )
     .await;
+    // The node announces the per-Pod name the wildcard covers, and prefers it in redirects;
+    // the name resolves through the headless Service `secure` (hostname and subdomain).
+    let name = pod["metadata"]["name"].as_str().unwrap();
+    let args = pod["spec"]["containers"][0]["args"].to_string();
+    let announced = format!(r#""--cluster-announce-hostname","{name}.{service}""#);
+    assert!(args.contains(&announced), "{announced}: {args}");
+    assert!(
+        args.contains(r#""--cluster-preferred-endpoint-type","hostname""#),
+        "{args}"
+    );
+    assert_eq!(pod["spec"]["hostname"], name);
+    assert_eq!(pod["spec"]["subdomain"], "secure");
+    let headless = json(product, &["get", "service", "secure", "-n", NAMESPACE]);
+    assert_eq!(headless["spec"]["clusterIP"], "None", "{headless}");
     let args = pod["spec"]["containers"][0]["args"].to_string();
     for expected in [
         r#""--port","0""#,

@@ -19,6 +19,7 @@ use valkey_operator::controller::pass::credentials::new_secret;
 use valkey_operator::controller::render::ClusterRender;
 use valkey_operator::credentials::{SystemCredentials, secret_name};
 use valkey_operator::fleet::resolve::{Chain, EffectiveConfig, ResolvedImage};
+use valkey_operator::settings::DEFAULT_CLUSTER_DOMAIN;
 
 /// How long the API server, its controllers and the kubelet get for each step.
 const WITHIN: Duration = Duration::from_secs(60);
@@ -93,6 +94,7 @@ async fn a_rendered_node_runs_and_goes_with_its_cluster() {
         cluster: &cluster,
         effective: &effective,
         default_zone_spread: ZoneSpread::BestEffort,
+        cluster_domain: DEFAULT_CLUSTER_DOMAIN,
     };
 
     // The credentials Secret the Pod's auth.conf comes from, as the controller creates it.

@@ -1,8 +1,10 @@
 //! The operator's TLS client against a TLS endpoint. The Valkey binaries here are built without
-//! TLS, so a real valkey-server sits behind a TLS-terminating proxy whose certificate names
-//! `orders.team-a.svc` (the cluster's Service, the name the operator checks) and is signed by a
-//! test CA: the operator's client talks to the node through it when it trusts that CA for that
-//! name, and refuses another name, another CA, or a CA file with no certificate.
+//! TLS, so a real valkey-server sits behind a TLS-terminating proxy whose certificate is shaped
+//! as Momento documents (`orders.team-a.svc.cluster.local` and `*.orders.team-a.svc.cluster.local`)
+//! and signed by a test CA: the operator's client talks to the node through it when it trusts
+//! that CA and the certificate covers the node's per-Pod name, and refuses a certificate that
+//! names only the Service, another cluster's names, another CA, or a CA file with no
+//! certificate.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +18,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
 use valkey_operator::cli::certs::write_dev_certificates;
 use valkey_operator::valkey::NodeClient;
-use valkey_operator::valkey::tls::{TlsTrust, TlsTrustError, service_name};
+use valkey_operator::valkey::tls::{ClusterNames, TlsTrust, TlsTrustError};
 
 const CALL: Duration = Duration::from_secs(2);
 
@@ -75,33 +77,61 @@ async fn the_operator_reaches_a_node_over_tls_checking_the_ca_and_the_name() {
     })
     .await;
 
-    let name = service_name("orders", "team-a");
-    assert_eq!(name, "orders.team-a.svc");
+    let names = ClusterNames::new("orders", "team-a", "cluster.local");
+    let momentos = [names.service().to_owned(), names.wildcard()];
     let ours = tempfile::tempdir().unwrap();
-    let certificates =
-        write_dev_certificates(ours.path(), std::slice::from_ref(&name), &[]).unwrap();
+    let certificates = write_dev_certificates(ours.path(), &momentos, &[]).unwrap();
     let theirs = tempfile::tempdir().unwrap();
-    let foreign = write_dev_certificates(theirs.path(), std::slice::from_ref(&name), &[]).unwrap();
+    let foreign = write_dev_certificates(theirs.path(), &momentos, &[]).unwrap();
     let read = |path: &std::path::Path| std::fs::read(path).unwrap();
-    let proxy = tls_proxy(&read(&certificates.cert), &read(&certificates.key), node).await;
+    let proxy = tls_proxy(
+        &read(&certificates.cert),
+        &read(&certificates.key),
+        node.clone(),
+    )
+    .await;
     let ca = read(&certificates.ca_cert);
+    let pod_at_proxy = [("127.0.0.1", "orders-0-1eda6")];
 
-    // The cluster's CA, the Service's name: commands reach the node.
-    let trust = TlsTrust::new(&ca, &name).unwrap();
+    // The cluster's CA, the node's per-Pod name (under the wildcard): commands reach it.
+    let mut trust = TlsTrust::new(&ca, names.clone()).unwrap();
+    trust.know_pods(pod_at_proxy);
     let client = NodeClient::connect_tls(&proxy, CALL, &trust, None)
         .await
         .unwrap();
     client.ping().await.unwrap();
     assert_eq!(client.server_info().await.unwrap().version, OLD);
 
-    // Another cluster's name, or another CA: refused during the handshake.
-    let elsewhere = TlsTrust::new(&ca, &service_name("payments", "team-a")).unwrap();
+    // A certificate without the wildcard does not cover the node's name: refused. Without a
+    // Pod at the address, the Service's name is checked, which it carries.
+    let narrow_dir = tempfile::tempdir().unwrap();
+    let narrow = write_dev_certificates(narrow_dir.path(), &momentos[..1], &[]).unwrap();
+    let narrow_proxy = tls_proxy(&read(&narrow.cert), &read(&narrow.key), node).await;
+    let mut narrow_trust = TlsTrust::new(&read(&narrow.ca_cert), names.clone()).unwrap();
+    NodeClient::connect_tls(&narrow_proxy, CALL, &narrow_trust, None)
+        .await
+        .unwrap();
+    narrow_trust.know_pods(pod_at_proxy);
+    let error = NodeClient::connect_tls(&narrow_proxy, CALL, &narrow_trust, None)
+        .await
+        .err()
+        .expect("a certificate that does not name the node was accepted");
+    assert!(error.to_string().contains("connect (TLS)"), "{error}");
+
+    // Another cluster's names, or another CA: refused during the handshake.
+    let mut elsewhere = TlsTrust::new(
+        &ca,
+        ClusterNames::new("payments", "team-a", "cluster.local"),
+    )
+    .unwrap();
+    elsewhere.know_pods(pod_at_proxy);
     let error = NodeClient::connect_tls(&proxy, CALL, &elsewhere, None)
         .await
         .err()
         .expect("a certificate for another name was accepted");
     assert!(error.to_string().contains("connect (TLS)"), "{error}");
-    let stranger = TlsTrust::new(&read(&foreign.ca_cert), &name).unwrap();
+    let mut stranger = TlsTrust::new(&read(&foreign.ca_cert), names.clone()).unwrap();
+    stranger.know_pods(pod_at_proxy);
     assert!(
         NodeClient::connect_tls(&proxy, CALL, &stranger, None)
             .await
@@ -120,7 +150,7 @@ async fn the_operator_reaches_a_node_over_tls_checking_the_ca_and_the_name() {
     );
 
     assert!(matches!(
-        TlsTrust::new(b"not a certificate", &name),
+        TlsTrust::new(b"not a certificate", names),
         Err(TlsTrustError::NoCertificate)
     ));
 }

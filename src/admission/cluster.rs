@@ -1,7 +1,7 @@
 //! ValkeyCluster admission: the bounds and name rules of [`crate::api::bounds`] and the
 //! operator's caps; its `configRef` must resolve at or above the Valkey 9 floor; a `configRef`
-//! switch that changes the image warns of the roll; reserved pod annotations and TLS changes
-//! are refused (the CRD's own rules say the same, this gives the reason too).
+//! switch that changes the image warns of the roll; reserved pod annotations and adding or
+//! removing TLS are refused (the CRD's own rules say the same, this gives the reason too).
 
 use kube::core::admission::Operation;
 
@@ -14,6 +14,9 @@ use crate::api::bounds::{Problem, acl_syntax_problems, cap_problems, cluster_pro
 use crate::api::{AclUser, RESERVED_PREFIX, ValkeyCluster, ValkeyClusterSpec};
 use crate::fleet::Fleet;
 use crate::fleet::resolve::{self, ResolveError};
+
+/// Why adding or removing `spec.tls` is refused (the CRD's own rule says the same).
+pub const TLS_PRESENCE_IS_FIXED: &str = "spec.tls is set at creation only and cannot be added or removed; create a new ValkeyCluster to change that. Only spec.tls.secretRef may change: the nodes roll onto the new Secret, whose ca.crt and the old one's must each trust the other's certificate";
 
 /// Every check of a created or updated cluster; the switch warning only once nothing was refused.
 pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet, policy: &Policy) -> Verdict {
@@ -50,11 +53,9 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet, policy: &
     }
     check_pod_annotations(spec, &mut verdict);
     if let Some(old) = review.old
-        && old.spec.tls != spec.tls
+        && old.spec.tls.is_some() != spec.tls.is_some()
     {
-        verdict.deny(
-            "spec.tls is set at creation only and cannot be added, changed or removed; create a new ValkeyCluster to change TLS",
-        );
+        verdict.deny(TLS_PRESENCE_IS_FIXED);
     }
     check_acl(spec, fleet, &mut verdict);
     check_acl_expansion(spec, old_spec, fleet, &mut verdict);

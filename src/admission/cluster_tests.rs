@@ -72,6 +72,32 @@ fn cluster_reserved_annotations_and_tls_changes_are_refused() {
     assert_eq!(verdict.denials.len(), 2, "{}", joined(&verdict));
     assert!(verdict.denials[0].starts_with("spec.podAnnotations"));
     assert!(verdict.denials[1].starts_with("spec.tls is set at creation only"));
+
+    // Momento's rotation by a new Secret: a TLS cluster's secretRef may be repointed.
+    let tls = |secret: &str| {
+        let mut cluster = old.clone();
+        cluster.spec.tls = Some(ClusterTls {
+            secret_ref: secret.into(),
+        });
+        cluster
+    };
+    let (before, after) = (tls("orders-tls"), tls("orders-tls-2026"));
+    let verdict = validate_cluster(
+        &review(Operation::Update, "orders", Some(&after), Some(&before)),
+        &fleet,
+        &Policy::default(),
+    );
+    assert!(verdict.allowed(), "{}", joined(&verdict));
+    let verdict = validate_cluster(
+        &review(Operation::Update, "orders", Some(&old), Some(&before)),
+        &fleet,
+        &Policy::default(),
+    );
+    assert!(
+        joined(&verdict).contains("cannot be added or removed"),
+        "{}",
+        joined(&verdict)
+    );
 }
 
 #[test]

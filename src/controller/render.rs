@@ -37,6 +37,7 @@ use crate::controller::status::ConditionType;
 use crate::credentials::secret_name;
 use crate::fleet::resolve::EffectiveConfig;
 use crate::valkey::setting_impact::{FORCED, needs_restart};
+use crate::valkey::tls::ClusterNames;
 
 /// The client port every node listens on (its own Pod IP).
 pub const VALKEY_PORT: i32 = 6379;
@@ -107,6 +108,8 @@ pub struct ClusterRender<'a> {
     pub effective: &'a EffectiveConfig,
     /// The operator's `defaultZoneSpread`, for clusters that do not set one.
     pub default_zone_spread: ZoneSpread,
+    /// The Kubernetes cluster's DNS domain, in the names TLS nodes announce.
+    pub cluster_domain: &'a str,
 }
 
 impl ClusterRender<'_> {
@@ -116,6 +119,12 @@ impl ClusterRender<'_> {
 
     fn name(&self) -> String {
         self.cluster.name_any()
+    }
+
+    /// The DNS names of the cluster's nodes (see [`ClusterNames`]).
+    pub fn dns_names(&self) -> ClusterNames {
+        let namespace = self.cluster.namespace().unwrap_or_default();
+        ClusterNames::new(&self.name(), &namespace, self.cluster_domain)
     }
 
     /// The revision nodes must run; a node whose revision differs is outdated.
@@ -300,7 +309,11 @@ impl ClusterRender<'_> {
                 ..Default::default()
             },
             spec: Some(PodSpec {
-                containers: vec![self.container(&node.spec.image)],
+                containers: vec![self.container(&node.name_any(), &node.spec.image)],
+                // `<pod>.<cluster>.<namespace>.svc.<domain>` resolves through the headless
+                // Service, the name a TLS node announces.
+                hostname: Some(node.name_any()),
+                subdomain: Some(self.name()),
                 volumes: Some(self.volumes()),
                 node_selector: self
                     .spec()
@@ -332,12 +345,12 @@ impl ClusterRender<'_> {
         }
     }
 
-    fn container(&self, image: &str) -> Container {
+    fn container(&self, pod: &str, image: &str) -> Container {
         Container {
             name: CONTAINER.into(),
             image: Some(image.to_string()),
             command: Some(vec!["valkey-server".into()]),
-            args: Some(self.server_args()),
+            args: Some(self.server_args(pod)),
             env: Some(vec![EnvVar {
                 name: "POD_IP".into(),
                 value_from: Some(EnvVarSource {
@@ -377,7 +390,7 @@ impl ClusterRender<'_> {
 
     /// `valkey-server`'s arguments: the cluster-mode basics, TLS when the cluster has it, every
     /// Valkey setting, and last the operator's users (so no setting can come after them).
-    fn server_args(&self) -> Vec<String> {
+    fn server_args(&self, pod: &str) -> Vec<String> {
         let plain_port = if self.spec().tls.is_some() {
             0
         } else {
@@ -396,7 +409,7 @@ impl ClusterRender<'_> {
             ("--unixsocketperm", "700".to_string()),
         ]
         .into_iter()
-        .chain(self.tls_args())
+        .chain(self.tls_args(pod))
         .flat_map(|(flag, value)| [flag.to_string(), value])
         .collect();
         for (name, value) in self.valkey_settings() {
@@ -409,8 +422,10 @@ impl ClusterRender<'_> {
 
     /// With `spec.tls`: TLS only on the client port (the plain port closed), and for
     /// replication and the cluster bus; clients may present a certificate but need not (they
-    /// authenticate with ACL users).
-    fn tls_args(&self) -> Vec<(&'static str, String)> {
+    /// authenticate with ACL users). The node announces its per-Pod DNS name, which the
+    /// certificate's wildcard covers, and redirects name nodes by it, so a client that follows
+    /// a `MOVED` can still verify the name it connects to.
+    fn tls_args(&self, pod: &str) -> Vec<(&'static str, String)> {
         if self.spec().tls.is_none() {
             return Vec::new();
         }
@@ -424,6 +439,8 @@ impl ClusterRender<'_> {
             ("--tls-replication", "yes".into()),
             ("--tls-cluster", "yes".into()),
             ("--tls-auth-clients", "optional".into()),
+            ("--cluster-announce-hostname", self.dns_names().node(pod)),
+            ("--cluster-preferred-endpoint-type", "hostname".into()),
         ]
     }
 

@@ -5,6 +5,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use super::*;
 use crate::api::{Placement, ValkeyImageSpec};
 use crate::fleet::resolve::{Chain, ResolvedImage};
+use crate::settings::DEFAULT_CLUSTER_DOMAIN;
 
 fn cluster() -> ValkeyCluster {
     let mut cluster = ValkeyCluster::new(
@@ -59,6 +60,7 @@ fn the_config_overrides_the_roll_defaults() {
         cluster: &cluster,
         effective: &tuned,
         default_zone_spread: ZoneSpread::BestEffort,
+        cluster_domain: DEFAULT_CLUSTER_DOMAIN,
     };
     let settings = render.live_settings();
     assert_eq!(settings["repl-diskless-sync-delay"], "3");
@@ -128,6 +130,7 @@ fn render_for<'a>(cluster: &'a ValkeyCluster, effective: &'a EffectiveConfig) ->
         cluster,
         effective,
         default_zone_spread: ZoneSpread::BestEffort,
+        cluster_domain: DEFAULT_CLUSTER_DOMAIN,
     }
 }
 
@@ -304,6 +307,7 @@ fn placement_becomes_affinity_and_spread() {
             cluster,
             effective: &effective,
             default_zone_spread: default,
+            cluster_domain: DEFAULT_CLUSTER_DOMAIN,
         };
         let mut node = render.node("orders-0-x", 0);
         node.metadata.uid = Some("u".into());
@@ -427,6 +431,7 @@ fn the_budget_allows_one_disruption_of_the_pods_there_are_and_none_without_repli
             cluster,
             effective: &effective,
             default_zone_spread: ZoneSpread::BestEffort,
+            cluster_domain: DEFAULT_CLUSTER_DOMAIN,
         };
         render.disruption_budget(pods).spec.unwrap().min_available
     };
@@ -551,9 +556,15 @@ fn a_tls_cluster_serves_tls_only_with_its_secret_mounted_read_only() {
         "--tls-ca-cert-file /etc/valkey/tls/ca.crt",
         "--tls-replication yes",
         "--tls-cluster yes",
+        // The per-Pod name the certificate's wildcard covers, in redirects too.
+        "--cluster-announce-hostname orders-1-a1b2.orders.team-a.svc.cluster.local",
+        "--cluster-preferred-endpoint-type hostname",
     ] {
         assert!(args.contains(expected), "{expected}: {args}");
     }
+    // ... which resolves through the headless Service named after the cluster.
+    assert_eq!(spec.hostname.as_deref(), Some("orders-1-a1b2"));
+    assert_eq!(spec.subdomain.as_deref(), Some("orders"));
     let (secret, mount) = secret_volume(&spec, "tls");
     assert_eq!(secret.secret_name.as_deref(), Some("orders-tls"));
     assert_eq!(secret.default_mode, Some(0o440));
@@ -564,7 +575,7 @@ fn a_tls_cluster_serves_tls_only_with_its_secret_mounted_read_only() {
     let spec = pod_spec(&super::tests::cluster());
     let args = spec.containers[0].args.clone().unwrap().join(" ");
     assert!(
-        args.contains("--port 6379") && !args.contains("tls"),
+        args.contains("--port 6379") && !args.contains("tls") && !args.contains("hostname"),
         "{args}"
     );
     let volumes: Vec<String> = spec.volumes.unwrap().into_iter().map(|v| v.name).collect();

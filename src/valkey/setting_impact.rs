@@ -24,6 +24,7 @@ const OPERATOR_OWNED: &[&str] = &[
     "cluster-config-file",
     "cluster-port",
     "cluster-node-timeout",
+    "cluster-preferred-endpoint-type",
     "replicaof",
     "slaveof",
     "masterauth",

@@ -59,6 +59,8 @@ pub struct Memory {
     pub applied_acl: Applied,
     /// Which certificate each TLS node last reloaded.
     pub applied_tls: Applied,
+    /// Which name each TLS node was last given to announce.
+    pub applied_names: Applied,
     /// When each cluster's certificate Secret version was first seen.
     pub certificate_versions: CertificateVersions,
     /// Which live settings each node was last given.
@@ -91,13 +93,14 @@ pub struct Memory {
 
 impl Memory {
     /// Every memory, once.
-    pub fn parts(&self) -> [&dyn ClusterMemory; 15] {
+    pub fn parts(&self) -> [&dyn ClusterMemory; 16] {
         // Destructured without `..` on purpose: a field added to `Memory` does not compile
         // until it is listed here, and so reached by both `forget` and `reset`.
         let Self {
             backoff,
             applied_acl,
             applied_tls,
+            applied_names,
             certificate_versions,
             applied_settings,
             applied_owned,
@@ -115,6 +118,7 @@ impl Memory {
             backoff,
             applied_acl,
             applied_tls,
+            applied_names,
             certificate_versions,
             applied_settings,
             applied_owned,

@@ -4,6 +4,11 @@
 //! cluster has converged. A new node also gets the users before it becomes Active (see
 //! `crate::execute`).
 //!
+//! A TLS cluster's nodes are given their per-Pod name to announce (`cluster-announce-hostname`)
+//! on every pass until each has it: a Pod made by an operator before names were announced was
+//! started without one, and a node made since, which names nodes by hostname in redirects,
+//! would otherwise describe it as `?`.
+//!
 //! A TLS cluster's nodes also reload their certificate files (`CONFIG SET tls-cert-file`, which
 //! re-reads all of them) when its Secret changes: the kubelet swaps the mounted files a while after
 //! the Secret changes, so the reload is repeated on each pass for
@@ -36,6 +41,7 @@ use crate::execute::acl::{DesiredAcl, apply_users};
 use crate::execute::{Member, NodeHost};
 use crate::fleet::ClusterKey;
 use crate::roll::{ObservedNode, Step};
+use crate::valkey::tls::ClusterNames;
 use crate::valkey::{Expected, NodeClient, Reach};
 
 /// What step 6 did: the members it worked on, the users' outcome, and whether nothing is left
@@ -63,6 +69,11 @@ pub async fn live(
     let applied_acl = &ctx.memory.applied_acl;
     let acl = apply_acl(applied_acl, key, &members, observed, users, reach).await;
     let mut quiet = move_rotation_on(pass, seen, acl.everywhere).await;
+    if pass.cluster.spec.tls.is_some() {
+        let names = render.dns_names();
+        let applied = &ctx.memory.applied_names;
+        announce_names(applied, key, &members, observed, &names, reach).await;
+    }
     if let Some(version) = &seen.certificate {
         let reloads = reload_certificates(pass, &members, observed, version, reach).await;
         let (namespace, name) = (&pass.namespace, &key.name);
@@ -198,6 +209,38 @@ pub async fn apply_acl(
         everywhere: applied.everywhere(cluster, members, digest),
     }
 }
+
+/// Gives every reachable node of a TLS cluster its per-Pod name to announce, unless it was
+/// given it here before (a Pod this operator made starts with it; a `CONFIG SET` of the same
+/// name is harmless). A node that fails is logged and tried again next pass.
+async fn announce_names(
+    applied: &Applied,
+    cluster: &ClusterKey,
+    members: &[Member],
+    observed: &[ObservedNode],
+    names: &ClusterNames,
+    reach: &Reach,
+) {
+    applied.keep_only(cluster, members);
+    for (node, expected) in reachable(members, observed) {
+        let (address, name) = (expected.address, names.node(node));
+        let digest = text_digest(&name);
+        if applied.is_current(cluster, node, address, digest) {
+            continue;
+        }
+        let announced = match NodeClient::open(&expected, reach).await {
+            Ok(client) => client.config_set(ANNOUNCED_NAME, &name).await,
+            Err(error) => Err(error),
+        };
+        match announced {
+            Ok(()) => applied.record(cluster, node, address, digest, Vec::new()),
+            Err(error) => tracing::warn!(%node, %error, "could not set the name a node announces"),
+        }
+    }
+}
+
+/// The setting a node's announced DNS name is in.
+const ANNOUNCED_NAME: &str = "cluster-announce-hostname";
 
 /// Makes every reachable node of a TLS cluster re-read its certificate files, until it has done so
 /// after [`RELOAD_WINDOW`](crate::controller::memory::certificates::RELOAD_WINDOW) for this

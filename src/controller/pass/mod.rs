@@ -35,6 +35,7 @@ pub mod membership;
 pub mod plan;
 pub mod read;
 pub mod secrets;
+pub mod tls_secret;
 pub mod update_status;
 
 use std::sync::Arc;
@@ -113,6 +114,7 @@ impl<'a> Pass<'a> {
             cluster: self.cluster,
             effective,
             default_zone_spread: self.ctx.settings.default_zone_spread,
+            cluster_domain: &self.ctx.settings.cluster_domain,
         }
     }
 }

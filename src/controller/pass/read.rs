@@ -6,6 +6,8 @@
 //! and its users' password hashes; and the members the executor works with, mapped from those
 //! objects.
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
@@ -30,7 +32,7 @@ use crate::valkey::Reach;
 pub struct Seen {
     /// How the operator reaches the nodes: the TLS trust, its logins, the leadership fence.
     pub reach: Reach,
-    /// The version of the TLS certificate's Secret, for reloads.
+    /// The versions of the TLS Secrets the nodes mount, for reloads.
     pub certificate: Option<String>,
     /// The credentials as the Secret holds them, and whether a rotation was asked for.
     pub login: Read,
@@ -45,14 +47,35 @@ pub async fn read(
     render: &ClusterRender<'_>,
 ) -> Result<(ClusterNodes, Seen), Halt> {
     let (ctx, cluster, namespace) = (pass.ctx, pass.cluster, &pass.namespace);
-    let (mut reach, certificate) =
-        secrets::reach(&ctx.client, namespace, cluster, ctx.timeouts.call)
-            .await
-            .map_err(|message| Halt::Waiting {
-                reason: Reason::TlsUnavailable,
-                message,
-            })?;
     let nodes = read_nodes(ctx, cluster).await?;
+    let mounted: BTreeSet<&str> = nodes
+        .pods
+        .values()
+        .flat_map(|pod| &pod.secrets)
+        .map(String::as_str)
+        .collect();
+    let (mut reach, certificate) = secrets::reach(
+        &ctx.client,
+        namespace,
+        cluster,
+        &ctx.settings.cluster_domain,
+        ctx.timeouts.call,
+        &mounted,
+    )
+    .await
+    .map_err(|message| Halt::Waiting {
+        reason: Reason::TlsUnavailable,
+        message,
+    })?;
+    if let Some(trust) = reach.tls.as_mut() {
+        // Each node is verified by its own Pod's name.
+        trust.know_pods(
+            nodes
+                .pods
+                .iter()
+                .filter_map(|(pod, view)| Some((view.ip.as_deref()?, pod.as_str()))),
+        );
+    }
     let secret = secret_name(&pass.key.name);
     let started_with_it = nodes.pods.values().any(|pod| pod.mounts(&secret));
     let login = match credentials::ensure(ctx, render, namespace, started_with_it).await {
