@@ -5,7 +5,7 @@ SHELL := /bin/bash
 CACHE ?= $(HOME)/.cache/valkey-operator
 export VALKEY_BIN_ROOT := $(CACHE)/valkey
 
-.PHONY: test test-unit lint crds manifests tools valkey-bins k8s-bins prometheus-bins node-packages dev chart-lint
+.PHONY: test test-unit lint crds manifests tools valkey-bins k8s-bins prometheus-bins node-packages dev chart-lint plugin
 
 ## test: fetch/build what the tests need, then run every test of the workspace.
 ## (Benchmarks are compiled by `make lint` but not run here: they print figures, they do not test.)
@@ -59,6 +59,14 @@ node-packages:
 ## prometheus-bins: prometheus and promtool for the metrics and alert tests (built once, ~6 min cold).
 prometheus-bins:
 	hack/build-prometheus.sh >/dev/null
+
+## plugin: build `kubectl valkey` (the binary kubectl-valkey) and install it into $(PREFIX)/bin,
+## where kubectl finds it on the PATH (PREFIX defaults to ~/.local).
+PREFIX ?= $(HOME)/.local
+plugin:
+	cargo build --release --bin kubectl-valkey
+	install -D -m 0755 target/release/kubectl-valkey $(PREFIX)/bin/kubectl-valkey
+	@echo "installed $(PREFIX)/bin/kubectl-valkey: try kubectl valkey --help"
 
 ## dev: run the operator against a local control plane with samples applied (Ctrl-C stops).
 dev:

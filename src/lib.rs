@@ -12,7 +12,8 @@
 //!   (the one executor of the planner's steps);
 //! - the two halves of the product: [`controller`] and [`admission`], with [`metrics`];
 //! - the process shell: [`settings`] (the operator's own), [`server`] (HTTPS, its certificate),
-//!   [`cli`] (the commands and the supervisor of `serve`).
+//!   [`cli`] (the commands and the supervisor of `serve`);
+//! - beside the product: [`plugin`], `kubectl valkey` (`src/bin/kubectl-valkey.rs`).
 
 pub mod acl;
 pub mod api;
@@ -32,3 +33,5 @@ pub mod metrics;
 pub mod cli;
 pub mod server;
 pub mod settings;
+
+pub mod plugin;

@@ -33,6 +33,7 @@ fn defined() -> BTreeSet<&'static str> {
         annotations::RETRY_FAILOVERS,
         annotations::ROLLOUT_PAUSED,
         annotations::ROLLOUT_WAVE,
+        annotations::ROLLOUT_HOLD,
         annotations::ROTATE_CREDENTIALS,
         annotations::REPLICA_OF,
         annotations::REVISION,

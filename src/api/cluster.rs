@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::{CustomResource, KubeSchema};
+use k8s_openapi::jiff::Timestamp;
+use kube::{CustomResource, KubeSchema, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -51,8 +52,8 @@ use serde::{Deserialize, Serialize};
     "self.shards * (1 + (has(self.replicasPerShard) ? self.replicasPerShard : 1)) <= 2000"
 ).message("spec.shards × (1 + spec.replicasPerShard) must be at most 2000 nodes"))]
 #[x_kube(validation = Rule::new(
-    "has(self.tls) == has(oldSelf.tls) && (!has(self.tls) || self.tls == oldSelf.tls)"
-).message("spec.tls is set at creation only and cannot be added, changed or removed; create a new ValkeyCluster to change TLS"))]
+    "has(self.tls) == has(oldSelf.tls)"
+).message("spec.tls is set at creation only and cannot be added or removed; create a new ValkeyCluster to change that. Only spec.tls.secretRef may change: the nodes roll onto the new Secret, whose ca.crt and the old one's must each trust the other's certificate"))]
 #[serde(rename_all = "camelCase")]
 pub struct ValkeyClusterSpec {
     /// Name of the ValkeyConfig this cluster runs.
@@ -69,7 +70,8 @@ pub struct ValkeyClusterSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub acl: Vec<AclUser>,
-    /// TLS for client connections; set at creation only.
+    /// TLS for clients, replication and the cluster bus: present or absent from creation on;
+    /// `secretRef` may be repointed, and the nodes roll onto the new Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<ClusterTls>,
     /// Where the cluster's pods may run.
@@ -345,4 +347,66 @@ pub struct ClusterNodeStatus {
     pub version: String,
     /// Whether the node runs the desired revision.
     pub outdated: bool,
+}
+
+/// A person's hold of a cluster on its revision ([`ROLLOUT_HOLD`](super::annotations::ROLLOUT_HOLD)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// `"true"`, or a value that is not a time: until the annotation is removed.
+    UntilReleased,
+    /// Until this time.
+    Until(Timestamp),
+}
+
+impl ValkeyCluster {
+    /// The hold on this cluster's roll that counts at `now`: none without the annotation or
+    /// once its time has passed. A value that is neither `"true"` nor an RFC 3339 time holds
+    /// too (whoever wrote it meant to hold), until it is removed.
+    pub fn rollout_hold(&self, now: Timestamp) -> Option<Hold> {
+        let value = self
+            .annotations()
+            .get(super::annotations::ROLLOUT_HOLD)?
+            .trim();
+        match value.parse::<Timestamp>() {
+            Ok(until) if until > now => Some(Hold::Until(until)),
+            Ok(_) => None,
+            Err(_) => Some(Hold::UntilReleased),
+        }
+    }
+}
+
+#[cfg(test)]
+mod hold_tests {
+    use super::*;
+
+    #[test]
+    fn a_hold_lasts_until_its_time_or_its_removal() {
+        let now: Timestamp = "2026-12-04T12:00:00Z".parse().unwrap();
+        let held = |value: Option<&str>| {
+            let spec = ValkeyClusterSpec {
+                config_ref: "standard".into(),
+                shards: 1,
+                replicas_per_shard: 1,
+                acl: vec![],
+                tls: None,
+                placement: None,
+                pod_annotations: BTreeMap::new(),
+                network: None,
+            };
+            let mut cluster = ValkeyCluster::new("orders", spec);
+            if let Some(value) = value {
+                cluster.metadata.annotations = Some(BTreeMap::from([(
+                    super::super::annotations::ROLLOUT_HOLD.to_string(),
+                    value.to_string(),
+                )]));
+            }
+            cluster.rollout_hold(now)
+        };
+        assert_eq!(held(None), None);
+        assert_eq!(held(Some("true")), Some(Hold::UntilReleased));
+        assert_eq!(held(Some("until friday")), Some(Hold::UntilReleased));
+        let later: Timestamp = "2026-12-05T12:00:00Z".parse().unwrap();
+        assert_eq!(held(Some("2026-12-05T12:00:00Z")), Some(Hold::Until(later)));
+        assert_eq!(held(Some("2026-12-04T11:59:59Z")), None, "expired");
+    }
 }

@@ -29,6 +29,7 @@ use super::AclUser;
     printcolumn(name = "Rolling", type_ = "integer", json_path = ".status.rolling"),
     printcolumn(name = "Queued", type_ = "integer", json_path = ".status.queued"),
     printcolumn(name = "Stalled", type_ = "integer", json_path = ".status.stalled"),
+    printcolumn(name = "Held", type_ = "integer", json_path = ".status.held"),
     printcolumn(name = "Rollout", type_ = "string", json_path = ".status.rollout"),
     printcolumn(
         name = "Age",
@@ -127,7 +128,11 @@ pub struct FleetStatus {
     /// Stalled: on the change itself (which halts a rollout with a policy), or for a cause of
     /// the cluster's own (which halts nobody).
     pub stalled: u32,
-    /// `Complete`, `Rolling`, `Paused` or `Halted`.
+    /// Outdated and held on their revision by a person (`valkey.gomomento.com/rollout-hold`).
+    #[serde(default)]
+    pub held: u32,
+    /// `Complete`, `Rolling`, `Paused`, `Halted`, or `Held` (every cluster up to date but the
+    /// held ones).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<String>,
     /// `Halted`: True (reason `RollStalled`) while a cluster stalled on the change holds the

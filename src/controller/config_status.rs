@@ -119,6 +119,7 @@ fn status(tally: Tally, paused: bool, before: Option<&FleetStatus>) -> FleetStat
         rolling: tally.rolling,
         queued: tally.queued,
         stalled: tally.stalled,
+        held: tally.held,
         rollout: Some(tally.phase(paused).to_owned()),
         conditions,
     }
@@ -168,8 +169,13 @@ fn phase_event(
         _ => return None,
     };
     let counts = format!(
-        "{} of {} clusters up to date, {} rolling, {} queued, {} stalled",
-        status.up_to_date, status.clusters, status.rolling, status.queued, status.stalled
+        "{} of {} clusters up to date, {} rolling, {} queued, {} stalled, {} held",
+        status.up_to_date,
+        status.clusters,
+        status.rolling,
+        status.queued,
+        status.stalled,
+        status.held
     );
     Some(RolloutEvent { change, counts })
 }
@@ -213,6 +219,7 @@ mod tests {
             queued: 4,
             stalled: 0,
             halting: 0,
+            held: 0,
         };
         let halted_tally = Tally {
             stalled: 1,

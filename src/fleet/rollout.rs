@@ -18,7 +18,7 @@
 //! 5. a cluster whose group has a member stalled on the change (same target) waits until
 //!    nobody is (halt on stall: a bad image reaches one wave at most);
 //! 6. a cluster whose group has a member of an earlier wave not yet up to date on the same
-//!    target (and not stuck for a cause of its own) waits for it;
+//!    target (and not stuck for a cause of its own, nor held) waits for it;
 //! 7. a cluster whose group already has `maxConcurrent` members rolling on the same target
 //!    waits for one to finish;
 //! 8. otherwise it starts.
@@ -31,6 +31,9 @@
 //! come up, or a failover onto one never takes effect. A cluster stalled for a cause of its own
 //! (its nodes refuse the operator's login, a dead primary, its Pods refused by a quota) is
 //! [`Progress::Stuck`]: counted, shown, but it halts nobody and holds no place under the cap.
+//! A cluster a person holds on its revision ([`Progress::Held`], the controller's gate decides
+//! it before this one: annotation [`ROLLOUT_HOLD`](crate::api::annotations::ROLLOUT_HOLD)) is
+//! the same: the rest of its group rolls past it.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -98,6 +101,9 @@ pub enum Progress {
     /// The planner stalled for a cause of the cluster's own: it halts nobody and holds no
     /// place under the cap.
     Stuck,
+    /// Outdated, and held on its revision by a person: like [`Progress::Stuck`], it halts
+    /// nobody, holds no place under the cap, and no later wave waits for it.
+    Held,
 }
 
 /// One cluster as the gate and the config status see it.
@@ -177,6 +183,11 @@ pub enum WaitFor {
     /// Some of the cluster's own nodes refuse the operator's login: it is stuck for a cause of
     /// its own (the controller's gate says so, not [`gate`]), and rolls on once they let it in.
     LoginRefused,
+    /// A person holds the cluster on its revision (the controller's gate says so): until
+    /// `until` (an RFC 3339 time), or until the annotation is removed.
+    Held {
+        until: Option<String>,
+    },
 }
 
 impl WaitFor {
@@ -189,6 +200,7 @@ impl WaitFor {
             WaitFor::EarlierWave { .. } => "WaitingForWave",
             WaitFor::Capped { .. } => "RolloutCapped",
             WaitFor::LoginRefused => "LoginRefused",
+            WaitFor::Held { .. } => "RolloutHeld",
         }
     }
 }
@@ -222,6 +234,17 @@ impl fmt::Display for WaitFor {
             WaitFor::LoginRefused => f.write_str(
                 "some of its nodes refuse the operator's login: it rolls on once they let it in",
             ),
+            WaitFor::Held { until } => {
+                let hold = crate::api::annotations::ROLLOUT_HOLD;
+                match until {
+                    Some(until) => write!(f, "held on its revision by {hold} until {until}"),
+                    None => write!(f, "held on its revision by {hold}"),
+                }?;
+                f.write_str(
+                    "; the rest of its rollout goes on without it (remove the annotation, or \
+                     kubectl valkey release, to let it roll)",
+                )
+            }
         }
     }
 }
@@ -262,10 +285,11 @@ pub fn gate(asking: &Asking, fleet: &BTreeMap<ClusterKey, Standing>) -> Verdict 
             stalled: (*stalled).clone(),
         });
     }
-    // A cluster stuck for its own cause holds no later wave back.
+    // A cluster stuck for its own cause, or held by a person, holds no later wave back.
+    let aside = |progress: Progress| matches!(progress, Progress::Stuck | Progress::Held);
     let earlier = group
         .iter()
-        .filter(|(_, other)| other.wave < standing.wave && other.progress != Progress::Stuck)
+        .filter(|(_, other)| other.wave < standing.wave && !aside(other.progress))
         .find(|(_, other)| other.progress != Progress::UpToDate || other.target != standing.target);
     if let Some((behind, other)) = earlier {
         return Verdict::Wait(WaitFor::EarlierWave {
@@ -296,6 +320,8 @@ pub struct Tally {
     pub stalled: u32,
     /// Of those, stalled on the change itself: the rollout halts.
     pub halting: u32,
+    /// Outdated and held on their revision by a person.
+    pub held: u32,
 }
 
 impl Tally {
@@ -306,6 +332,7 @@ impl Tally {
             Progress::Rolling => &mut self.rolling,
             Progress::Queued => &mut self.queued,
             Progress::Stalled | Progress::Stuck => &mut self.stalled,
+            Progress::Held => &mut self.held,
         };
         *bucket += 1;
         if progress == Progress::Stalled {
@@ -313,12 +340,15 @@ impl Tally {
         }
     }
 
-    /// One word for the printer column.
+    /// One word for the printer column: `Held` once every cluster but the held ones is up to
+    /// date.
     pub fn phase(&self, paused: bool) -> &'static str {
+        let settled = self.up_to_date + self.held;
         match () {
             _ if self.halting > 0 => "Halted",
-            _ if paused && self.up_to_date < self.clusters => "Paused",
-            _ if self.up_to_date < self.clusters => "Rolling",
+            _ if paused && settled < self.clusters => "Paused",
+            _ if settled < self.clusters => "Rolling",
+            _ if self.held > 0 => "Held",
             _ => "Complete",
         }
     }

@@ -211,6 +211,7 @@ fn tallies_count_each_cluster_for_every_config_of_its_chain_and_its_image() {
         queued: 0,
         stalled: 1,
         halting: 1,
+        held: 0,
     };
     assert_eq!(configs.get("base"), Some(&expected));
     assert_eq!(configs.get("child"), Some(&expected));
@@ -299,4 +300,37 @@ fn a_cluster_stuck_for_its_own_cause_holds_no_later_wave_and_halts_nobody() {
         gate(&asking, &fleet),
         Verdict::Wait(WaitFor::Halted { .. })
     ));
+}
+
+#[test]
+fn a_held_cluster_holds_no_later_wave_and_no_place_under_the_cap() {
+    let mut fleet = fleet(&[
+        ("canary", Wave::Numbered(0), Progress::Held),
+        ("held", Wave::Last, Progress::Held),
+        ("other", Wave::Last, Progress::Queued),
+    ]);
+    let key = key("other");
+    let standing = fleet.remove(&key).unwrap();
+    let asking = ask(&key, &standing, Some(1));
+    assert_eq!(gate(&asking, &fleet), Verdict::Go);
+    // Released, the canary is an earlier wave not yet up to date again.
+    let canary = self::key("canary");
+    fleet.get_mut(&canary).unwrap().progress = Progress::Queued;
+    assert!(matches!(
+        gate(&asking, &fleet),
+        Verdict::Wait(WaitFor::EarlierWave { .. })
+    ));
+}
+
+#[test]
+fn a_rollout_whose_only_outdated_clusters_are_held_reads_held() {
+    let mut tally = Tally::default();
+    for progress in [Progress::UpToDate, Progress::Held, Progress::UpToDate] {
+        tally.count(progress);
+    }
+    assert_eq!((tally.clusters, tally.up_to_date, tally.held), (3, 2, 1));
+    assert_eq!(tally.phase(false), "Held");
+    tally.count(Progress::Queued);
+    assert_eq!(tally.phase(false), "Rolling");
+    assert_eq!(tally.phase(true), "Paused");
 }

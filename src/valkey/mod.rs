@@ -306,7 +306,13 @@ impl NodeClient {
         let connecting = async {
             let tcp = tokio::net::TcpStream::connect(addr).await?;
             let connector = tokio_rustls::TlsConnector::from(trust.config.clone());
-            connector.connect(trust.server_name.clone(), tcp).await
+            let name = trust.server_name(addr).ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("no DNS name to verify {addr} by"),
+                )
+            })?;
+            connector.connect(name, tcp).await
         };
         let stream = timeout(call_timeout, connecting)
             .await
@@ -413,6 +419,19 @@ impl NodeClient {
         let reply: Value = self.call(redis::cmd("CLUSTER").arg("SHARDS")).await?;
         ClusterShard::parse_all(&reply)
             .ok_or_else(|| self.bad_reply("CLUSTER SHARDS", format!("{reply:?}")))
+    }
+
+    /// What a support bundle records of the node, in its own words: `INFO`, `CLUSTER NODES`,
+    /// and `CLUSTER SHARDS` written out a value a line.
+    pub async fn diagnostics(&self) -> Result<String> {
+        let info: String = self.call(&redis::cmd("INFO")).await?;
+        let nodes: String = self.call(redis::cmd("CLUSTER").arg("NODES")).await?;
+        let shards: Value = self.call(redis::cmd("CLUSTER").arg("SHARDS")).await?;
+        let mut shards_text = String::new();
+        parse::write_out(&shards, 0, &mut shards_text);
+        Ok(format!(
+            "# INFO\n{info}\n# CLUSTER NODES\n{nodes}\n# CLUSTER SHARDS\n{shards_text}"
+        ))
     }
 
     /// This node's cluster id.

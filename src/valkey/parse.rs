@@ -49,6 +49,31 @@ impl ServerInfo {
     }
 }
 
+/// A reply written out for a person, a value a line, nested values indented.
+pub fn write_out(value: &Value, depth: usize, out: &mut String) {
+    let indent = "  ".repeat(depth);
+    match value {
+        Value::Array(items) | Value::Set(items) => {
+            for item in items {
+                write_out(item, depth + 1, out);
+            }
+        }
+        Value::Map(pairs) => {
+            for (key, item) in pairs {
+                write_out(key, depth + 1, out);
+                write_out(item, depth + 2, out);
+            }
+        }
+        Value::BulkString(bytes) => {
+            out.push_str(&format!("{indent}{}\n", String::from_utf8_lossy(bytes)))
+        }
+        Value::SimpleString(text) => out.push_str(&format!("{indent}{text}\n")),
+        Value::Int(number) => out.push_str(&format!("{indent}{number}\n")),
+        Value::Nil => out.push_str(&format!("{indent}(nil)\n")),
+        other => out.push_str(&format!("{indent}{other:?}\n")),
+    }
+}
+
 /// `INFO replication`, as the node itself sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplicationInfo {

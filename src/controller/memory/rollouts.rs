@@ -30,6 +30,8 @@ fn moves_the_gate(before: Progress, after: Progress) -> bool {
         (Progress::Rolling, Progress::UpToDate | Progress::Queued) => true,
         (Progress::Stalled, other) | (other, Progress::Stalled) => other != Progress::Stalled,
         (Progress::Rolling, Progress::Stuck) => true,
+        // Held: its place under the cap and in its wave is free.
+        (before, Progress::Held) => before != Progress::Held,
         _ => false,
     }
 }

@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::api::ValkeyCluster;
 use crate::api::annotations::ROLLOUT_WAVE;
+use crate::api::{Hold, ValkeyCluster};
 use crate::controller::memory::rollouts::Rollouts;
 use crate::fleet::resolve::{self, Catalog, EffectiveConfig};
 use crate::fleet::rollout::{Asking, Policy, Progress, Standing, Verdict, WaitFor, Wave, wave_of};
@@ -32,19 +33,36 @@ pub fn gated(
     let (policy, mut standing) = standing_of(fleet, cluster, &key, effective);
     let outdated = observed.iter().any(|o| !o.is_up_to_date(desired));
     let started = started(observed, desired);
-    let held = advances_a_roll(&step, observed, desired);
+    let advances = advances_a_roll(&step, observed, desired);
+    // A person holds it on its revision: it starts no roll, but finishes a shard in flight
+    // (the rollout's first rule) and is healed; the rest of its rollout goes on without it.
+    if let Some(hold) = cluster.rollout_hold(Timestamp::now())
+        && outdated
+        && advances
+        && !(started && mid_shard(observed, desired))
+    {
+        standing.progress = Progress::Held;
+        rollouts.record(&key, standing);
+        let until = match hold {
+            Hold::Until(until) => Some(until.to_string()),
+            Hold::UntilReleased => None,
+        };
+        return Step::Wait {
+            reason: WaitReason::Rollout(WaitFor::Held { until }),
+        };
+    }
     // Nodes that refuse the operator's login (its Secret or its users changed by hand): the
     // cluster is stuck for a cause of its own. It is healed, but its roll waits: it holds no
     // place under a cap, so it must not move one on.
     let locked_out = observed.iter().any(|o| o.locked_out);
-    if locked_out && outdated && held {
+    if locked_out && outdated && advances {
         standing.progress = Progress::Stuck;
         rollouts.record(&key, standing);
         return Step::Wait {
             reason: WaitReason::Rollout(WaitFor::LoginRefused),
         };
     }
-    if matches!(step, Step::Stalled { .. }) || !outdated || !held {
+    if matches!(step, Step::Stalled { .. }) || !outdated || !advances {
         standing.progress = match (&step, outdated) {
             (_, true) if locked_out => Progress::Stuck,
             // Only a stall of the change itself halts the rollout; one for a cause of the

@@ -313,6 +313,21 @@ impl Product {
         kubectl(&self.plane, args, stdin)
     }
 
+    /// `kubectl valkey ARGS`: the plugin, which kubectl finds on the PATH beside this build's
+    /// operator binary, as a user's kubectl finds an installed one; success and output.
+    pub fn plugin(&self, args: &[&str]) -> (bool, String) {
+        let binary = crate::operator_binary();
+        let folder = binary.parent().expect("the operator binary's folder");
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let path = std::env::join_paths(
+            std::iter::once(folder.to_path_buf()).chain(std::env::split_paths(&path)),
+        )
+        .expect("a PATH");
+        let mut command = self.plane.kubectl();
+        command.env("PATH", path).arg("valkey").args(args);
+        super::chart::run(command, None)
+    }
+
     /// `kubectl apply -f -` of `yaml`, which must succeed; the output.
     pub fn apply(&self, yaml: &str) -> String {
         must(&self.plane, &["apply", "-f", "-"], Some(yaml))

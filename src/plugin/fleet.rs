@@ -1,0 +1,321 @@
+//! `kubectl valkey fleet [config]`: every config's rollout (its status as the operator writes
+//! it) and, under it, each cluster resolving through it (its own config or a base of it), with
+//! where it stands: `stalled`, `rolling`, `queued`, `held` or `up to date`, and why, as its
+//! `Progressing` condition says. `-o json` for scripts.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ListParams;
+use kube::{Api, Client, ResourceExt};
+use serde::Serialize;
+
+use super::status::table;
+use crate::api::annotations::ROLLOUT_PAUSED;
+use crate::api::{FleetStatus, ValkeyCluster, ValkeyConfig};
+
+/// How `fleet` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+/// Where a cluster stands in its rollout, worst first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Standing {
+    Stalled,
+    Rolling,
+    Queued,
+    Held,
+    UpToDate,
+}
+
+impl Standing {
+    fn word(self) -> &'static str {
+        match self {
+            Standing::Stalled => "stalled",
+            Standing::Rolling => "rolling",
+            Standing::Queued => "queued",
+            Standing::Held => "held",
+            Standing::UpToDate => "up to date",
+        }
+    }
+}
+
+/// One config and its clusters.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigView {
+    pub name: String,
+    pub image: Option<String>,
+    pub base: Option<String>,
+    pub paused: bool,
+    pub status: Option<FleetStatus>,
+    pub clusters: Vec<ClusterView>,
+}
+
+/// One cluster as the fleet view shows it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterView {
+    pub namespace: String,
+    pub name: String,
+    pub standing: Standing,
+    pub state: String,
+    pub version: String,
+    pub outdated_nodes: i32,
+    /// The `Progressing` condition's message: the step, or why it waits.
+    pub why: String,
+}
+
+/// Lists the configs and clusters; the view as a table or JSON.
+pub async fn fleet(client: &Client, only: Option<&str>, output: Output) -> anyhow::Result<String> {
+    let configs: Api<ValkeyConfig> = Api::all(client.clone());
+    let configs = (configs.list(&ListParams::default()).await)
+        .context("listing ValkeyConfigs")?
+        .items;
+    let clusters: Api<ValkeyCluster> = Api::all(client.clone());
+    let clusters = (clusters.list(&ListParams::default()).await)
+        .context("listing ValkeyClusters")?
+        .items;
+    if let Some(name) = only
+        && !configs.iter().any(|c| c.name_any() == name)
+    {
+        anyhow::bail!("ValkeyConfig {name} not found");
+    }
+    let views = view(&configs, &clusters, only, Timestamp::now());
+    Ok(match output {
+        Output::Json => serde_json::to_string_pretty(&views).context("writing JSON")? + "\n",
+        Output::Table => render(&views),
+    })
+}
+
+/// The configs (only `only`, if given) with their clusters, worst standing first (pure).
+pub fn view(
+    configs: &[ValkeyConfig],
+    clusters: &[ValkeyCluster],
+    only: Option<&str>,
+    now: Timestamp,
+) -> Vec<ConfigView> {
+    let bases: BTreeMap<String, Option<String>> = configs
+        .iter()
+        .map(|c| (c.name_any(), c.spec.base_ref.clone()))
+        .collect();
+    let mut views: Vec<ConfigView> = configs
+        .iter()
+        .filter(|c| only.is_none_or(|name| c.name_any() == name))
+        .map(|config| ConfigView {
+            name: config.name_any(),
+            image: config.spec.image_ref.clone(),
+            base: config.spec.base_ref.clone(),
+            paused: config.annotations().get(ROLLOUT_PAUSED).map(String::as_str) == Some("true"),
+            status: config.status.clone(),
+            clusters: Vec::new(),
+        })
+        .collect();
+    for cluster in clusters {
+        let chain = chain(&bases, &cluster.spec.config_ref);
+        for view in views.iter_mut().filter(|v| chain.contains(&v.name)) {
+            view.clusters.push(cluster_view(cluster, now));
+        }
+    }
+    for view in &mut views {
+        view.clusters.sort_by(|a, b| {
+            (a.standing, &a.namespace, &a.name).cmp(&(b.standing, &b.namespace, &b.name))
+        });
+    }
+    views
+}
+
+/// A config and its bases, nearest first (at most the CRD's 10, a loop cut short).
+fn chain(bases: &BTreeMap<String, Option<String>>, config: &str) -> Vec<String> {
+    let mut chain = vec![config.to_owned()];
+    while chain.len() < 10 {
+        let Some(Some(base)) = chain.last().and_then(|last| bases.get(last)) else {
+            break;
+        };
+        if chain.contains(base) {
+            break;
+        }
+        chain.push(base.clone());
+    }
+    chain
+}
+
+/// Where `cluster` stands, from its status and its hold annotation.
+pub fn cluster_view(cluster: &ValkeyCluster, now: Timestamp) -> ClusterView {
+    let status = cluster.status.clone().unwrap_or_default();
+    let condition = |type_: &str| status.conditions.iter().find(|c| c.type_ == type_);
+    let stalled =
+        condition("Degraded").is_some_and(|c| c.status == "True" && c.reason == "RollStalled");
+    let outdated = status.outdated_nodes.unwrap_or(0);
+    let started = status.nodes.iter().any(|n| !n.outdated);
+    let standing = match () {
+        _ if stalled => Standing::Stalled,
+        _ if outdated == 0 => Standing::UpToDate,
+        _ if cluster.rollout_hold(now).is_some() => Standing::Held,
+        _ if started => Standing::Rolling,
+        _ => Standing::Queued,
+    };
+    ClusterView {
+        namespace: cluster.namespace().unwrap_or_default(),
+        name: cluster.name_any(),
+        standing,
+        state: status.state.map_or("Creating".into(), |s| format!("{s:?}")),
+        version: status.version.unwrap_or_else(|| "-".into()),
+        outdated_nodes: outdated,
+        why: condition("Progressing").map_or(String::new(), |c| c.message.clone()),
+    }
+}
+
+/// The table: a line per config, then its clusters indented.
+pub fn render(views: &[ConfigView]) -> String {
+    let mut out = String::new();
+    for view in views {
+        let status = view.status.clone().unwrap_or_default();
+        let header = [
+            "CONFIG",
+            "IMAGE",
+            "BASE",
+            "CLUSTERS",
+            "UP-TO-DATE",
+            "ROLLING",
+            "QUEUED",
+            "STALLED",
+            "HELD",
+            "ROLLOUT",
+            "PAUSED",
+        ]
+        .map(String::from);
+        let row = [
+            view.name.clone(),
+            view.image.clone().unwrap_or_else(|| "-".into()),
+            view.base.clone().unwrap_or_else(|| "-".into()),
+            status.clusters.to_string(),
+            status.up_to_date.to_string(),
+            status.rolling.to_string(),
+            status.queued.to_string(),
+            status.stalled.to_string(),
+            status.held.to_string(),
+            status.rollout.clone().unwrap_or_else(|| "-".into()),
+            view.paused.to_string(),
+        ];
+        out.push_str(&table(&[header, row]));
+        let mut rows = vec![
+            [
+                "  NAMESPACE",
+                "CLUSTER",
+                "STANDING",
+                "STATE",
+                "VERSION",
+                "OUTDATED",
+                "WHY",
+            ]
+            .map(String::from),
+        ];
+        rows.extend(view.clusters.iter().map(|c| {
+            [
+                format!("  {}", c.namespace),
+                c.name.clone(),
+                c.standing.word().to_string(),
+                c.state.clone(),
+                c.version.clone(),
+                c.outdated_nodes.to_string(),
+                c.why.clone(),
+            ]
+        }));
+        out.push_str(&table(&rows));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ClusterNodeStatus, ValkeyClusterSpec, ValkeyClusterStatus, ValkeyConfigSpec};
+
+    fn config(name: &str, base: Option<&str>) -> ValkeyConfig {
+        ValkeyConfig::new(
+            name,
+            ValkeyConfigSpec {
+                image_ref: base.is_none().then(|| "valkey-9-1-2".into()),
+                base_ref: base.map(String::from),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn cluster(name: &str, config: &str, outdated: i32, started: bool) -> ValkeyCluster {
+        let mut cluster = ValkeyCluster::new(
+            name,
+            ValkeyClusterSpec {
+                config_ref: config.into(),
+                shards: 1,
+                replicas_per_shard: 1,
+                acl: vec![],
+                tls: None,
+                placement: None,
+                pod_annotations: BTreeMap::new(),
+                network: None,
+            },
+        );
+        cluster.metadata.namespace = Some("team-a".into());
+        let node = |outdated| ClusterNodeStatus {
+            name: "n".into(),
+            shard: 0,
+            role: None,
+            lifecycle: None,
+            version: "9.0.0".into(),
+            outdated,
+        };
+        cluster.status = Some(ValkeyClusterStatus {
+            outdated_nodes: Some(outdated),
+            nodes: vec![node(!started)],
+            ..Default::default()
+        });
+        cluster
+    }
+
+    #[test]
+    fn each_cluster_shows_under_every_config_of_its_chain_worst_first() {
+        let now: Timestamp = "2026-12-04T12:00:00Z".parse().unwrap();
+        let configs = [config("base", None), config("child", Some("base"))];
+        let mut held = cluster("held", "child", 2, false);
+        held.metadata.annotations = Some(BTreeMap::from([(
+            crate::api::annotations::ROLLOUT_HOLD.to_string(),
+            "true".to_string(),
+        )]));
+        let clusters = [
+            cluster("done", "base", 0, true),
+            cluster("moving", "child", 1, true),
+            cluster("waiting", "child", 2, false),
+            held,
+        ];
+        let views = view(&configs, &clusters, None, now);
+        let names = |i: usize| -> Vec<(&str, Standing)> {
+            views[i]
+                .clusters
+                .iter()
+                .map(|c| (c.name.as_str(), c.standing))
+                .collect()
+        };
+        assert_eq!(
+            names(0),
+            [
+                ("moving", Standing::Rolling),
+                ("waiting", Standing::Queued),
+                ("held", Standing::Held),
+                ("done", Standing::UpToDate),
+            ]
+        );
+        assert_eq!(names(1).len(), 3, "the child's clusters only");
+        let only = view(&configs, &clusters, Some("child"), now);
+        assert_eq!(only.len(), 1);
+        let text = render(&only);
+        assert!(text.contains("CONFIG") && text.contains("held"), "{text}");
+    }
+}

@@ -1,0 +1,290 @@
+//! `kubectl valkey`, end to end through kubectl itself (the plugin found on the PATH) against
+//! the operator on a real API server with real Valkey:
+//! - `status` shows a cluster's nodes by shard with their roles and replication lag, asked of
+//!   the nodes;
+//! - `fleet` (table and `-o json`) shows each config's clusters and where they stand;
+//! - `plan` of a config file says which clusters roll and which change live, after a server
+//!   dry run that changes nothing;
+//! - `hold` keeps one cluster on 9.0.0 while the rest of its config rolls to 9.1.2, the config
+//!   counts it `held`, and `release` lets it roll;
+//! - `replace` of a primary's node under a stock cluster client: one failover, nothing lost;
+//! - `pause` and `resume` write the config's annotation; `rotate-credentials` starts a
+//!   rotation;
+//! - `report` writes a bundle with each node's words in it and no secret value anywhere.
+
+use std::time::{Duration, Instant};
+
+use harness::eventually;
+use harness::k8s::{ClusterWatch, IMAGES, Product, condition_field, converged};
+use k8s_openapi::api::core::v1::Secret;
+use serde_json::Value;
+use valkey_operator::api::annotations::{ROLLOUT_PAUSED, ROTATE_CREDENTIALS};
+
+const NAMESPACE: &str = "plugin";
+
+const FLEET: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: plugin}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata: {name: shared}
+spec: {imageRef: valkey-9-0-0}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {name: alpha, namespace: plugin}
+spec: {configRef: shared, shards: 1, replicasPerShard: 1}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {name: beta, namespace: plugin}
+spec: {configRef: shared, shards: 1, replicasPerShard: 1}
+"#;
+
+fn plugin(product: &Product, args: &[&str]) -> String {
+    let (ok, said) = product.plugin(args);
+    assert!(ok, "kubectl valkey {args:?} failed:\n{said}");
+    said
+}
+
+/// `kubectl valkey fleet shared -o json`: the config's view.
+fn fleet_json(product: &Product) -> Value {
+    let said = plugin(product, &["fleet", "shared", "-o", "json"]);
+    let views: Value = serde_json::from_str(&said).unwrap_or_else(|e| panic!("{e}: {said}"));
+    views[0].clone()
+}
+
+fn standing_of(view: &Value, cluster: &str) -> String {
+    let clusters = view["clusters"].as_array().cloned().unwrap_or_default();
+    let found = clusters.iter().find(|c| c["name"] == cluster);
+    found.map_or(String::new(), |c| {
+        c["standing"].as_str().unwrap_or("").into()
+    })
+}
+
+#[tokio::test]
+async fn the_plugin_shows_holds_replaces_and_reports_by_name() {
+    let product = Product::start(None, &[]).await;
+    product.apply(IMAGES);
+    product.apply(FLEET);
+    let both = [(NAMESPACE, "alpha"), (NAMESPACE, "beta")];
+    product
+        .wait_converged(&both, "9.0.0", Duration::from_secs(180))
+        .await;
+
+    // status: one screen, the nodes asked for their replication.
+    let screen = plugin(&product, &["status", "alpha", "-n", NAMESPACE]);
+    assert!(
+        screen.contains("valkeycluster plugin/alpha: Active"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("primary") && screen.contains("replica"),
+        "{screen}"
+    );
+    assert!(screen.contains(" B"), "a replica's lag in bytes: {screen}");
+    assert!(!screen.contains("not asked"), "{screen}");
+    let (ok, said) = product.plugin(&["status", "nowhere", "-n", NAMESPACE]);
+    assert!(
+        !ok && said.contains("ValkeyCluster nowhere not found"),
+        "{said}"
+    );
+
+    // fleet: both clusters under their config, up to date.
+    let table = plugin(&product, &["fleet"]);
+    assert!(
+        table.contains("shared") && table.contains("alpha"),
+        "{table}"
+    );
+    let view = fleet_json(&product);
+    assert_eq!(standing_of(&view, "alpha"), "upToDate", "{view}");
+    assert_eq!(standing_of(&view, "beta"), "upToDate", "{view}");
+
+    // plan: the image change rolls both clusters, a live setting rolls none, after the
+    // server's dry run (which changes nothing).
+    let folder = tempfile::tempdir().unwrap();
+    let change = |spec: &str| {
+        let path = folder.path().join("change.yaml");
+        let yaml = format!(
+            "apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyConfig\nmetadata: {{name: shared}}\nspec: {spec}\n"
+        );
+        std::fs::write(&path, yaml).unwrap();
+        path.to_string_lossy().to_string()
+    };
+    let rolls = plugin(&product, &["plan", &change("{imageRef: valkey-9-1-2}")]);
+    assert!(rolls.contains("admitted (server dry run)"), "{rolls}");
+    for cluster in ["alpha", "beta"] {
+        let row = rolls
+            .lines()
+            .find(|l| l.contains(cluster))
+            .unwrap_or_default();
+        assert!(row.ends_with("rolls"), "{cluster}: {rolls}");
+    }
+    let live = plugin(
+        &product,
+        &[
+            "plan",
+            &change("{imageRef: valkey-9-0-0, valkey: {maxmemory-policy: allkeys-lru}}"),
+        ],
+    );
+    assert_eq!(
+        live.lines().filter(|l| l.ends_with("live")).count(),
+        2,
+        "{live}"
+    );
+    let config = product.kubectl(&["get", "valkeyconfig", "shared", "-o", "json"]);
+    let config: Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(
+        config["spec"]["imageRef"], "valkey-9-0-0",
+        "a plan changes nothing"
+    );
+
+    // hold: beta stays on 9.0.0 while alpha rolls; the config counts it held.
+    let said = plugin(&product, &["hold", "beta", "-n", NAMESPACE, "--for", "2h"]);
+    assert!(said.contains("held on its revision until"), "{said}");
+    product.patch(
+        "valkeyconfig/shared",
+        None,
+        r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
+    );
+    product
+        .wait_converged(&[(NAMESPACE, "alpha")], "9.1.2", Duration::from_secs(180))
+        .await;
+    let held = eventually(
+        "the config to count beta held",
+        Duration::from_secs(30),
+        async || {
+            let view = fleet_json(&product);
+            (view["status"]["held"] == 1 && standing_of(&view, "beta") == "held").then_some(view)
+        },
+    )
+    .await;
+    assert_eq!(held["status"]["upToDate"], 1, "{held}");
+    let beta = product.cluster(NAMESPACE, "beta");
+    assert_eq!(beta["status"]["version"], "9.0.0", "{beta}");
+    let progressing = condition_field(&beta, "Progressing", "message");
+    assert!(
+        progressing
+            .as_deref()
+            .unwrap_or("")
+            .contains("rollout-hold"),
+        "{progressing:?}"
+    );
+    plugin(&product, &["release", "beta", "-n", NAMESPACE]);
+    product
+        .wait_converged(&[(NAMESPACE, "beta")], "9.1.2", Duration::from_secs(180))
+        .await;
+
+    // replace: alpha's primary's node, under a stock cluster client.
+    let primary = product.primary_of(NAMESPACE, "alpha", 0).await;
+    let watch = ClusterWatch::start(&product, NAMESPACE, "alpha").await;
+    let started = Instant::now();
+    let said = plugin(&product, &["replace", &primary, "-n", NAMESPACE]);
+    assert!(said.contains("will be replaced"), "{said}");
+    eventually(
+        "the primary's node replaced",
+        Duration::from_secs(120),
+        async || {
+            let cluster = product.cluster(NAMESPACE, "alpha");
+            let nodes = product.node_ids(NAMESPACE, "alpha");
+            (!nodes.contains_key(&primary) && converged(&cluster, "9.1.2")).then_some(())
+        },
+    )
+    .await;
+    let replaced_in = started.elapsed();
+    let report = watch.finish(&product).await;
+    report.assert_shards(1, 1, 1);
+    println!(
+        "plugin | replace of a primary's node | done in {:.1} s | acked {} | lost 0 | longest write gap {:.3} s",
+        replaced_in.as_secs_f64(),
+        report.log.acked,
+        report.longest_write_gap().as_secs_f64()
+    );
+
+    // pause and resume: the config's annotation.
+    plugin(&product, &["pause", "shared"]);
+    let config = product.kubectl(&["get", "valkeyconfig", "shared", "-o", "json"]);
+    let config: Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(config["metadata"]["annotations"][ROLLOUT_PAUSED], "true");
+    plugin(&product, &["resume", "shared"]);
+    let config = product.kubectl(&["get", "valkeyconfig", "shared", "-o", "json"]);
+    let config: Value = serde_json::from_str(&config).unwrap();
+    assert!(
+        config["metadata"]["annotations"][ROLLOUT_PAUSED].is_null(),
+        "{config}"
+    );
+
+    // report: the nodes' own words, and no secret anywhere.
+    let out = folder.path().join("bundle");
+    let out_arg = out.to_string_lossy().to_string();
+    plugin(
+        &product,
+        &["report", "alpha", "-n", NAMESPACE, "--out", &out_arg],
+    );
+    let secret = product.kubectl(&[
+        "get",
+        "secret",
+        "alpha-credentials",
+        "-n",
+        NAMESPACE,
+        "-o",
+        "json",
+    ]);
+    let secret: Secret = serde_json::from_str(&secret).unwrap();
+    let values: Vec<String> = (secret.data.unwrap_or_default().into_values())
+        .map(|value| String::from_utf8_lossy(&value.0).into_owned())
+        .collect();
+    assert!(values.len() >= 2, "the operator's passwords and users file");
+    let mut node_files = 0;
+    for entry in std::fs::read_dir(&out).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for value in &values {
+            for line in value.lines().filter(|l| l.trim().len() >= 8) {
+                assert!(
+                    !text.contains(line.trim()),
+                    "{} holds a secret value",
+                    path.display()
+                );
+            }
+        }
+        if path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("node-")
+        {
+            assert!(
+                text.contains("# CLUSTER NODES") && text.contains("redis_version"),
+                "{text}"
+            );
+            node_files += 1;
+        }
+    }
+    assert_eq!(node_files, 2, "a file per node");
+
+    // rotate-credentials: the operator takes the request (and removes the annotation).
+    plugin(&product, &["rotate-credentials", "alpha", "-n", NAMESPACE]);
+    eventually(
+        "the rotation to start",
+        Duration::from_secs(60),
+        async || {
+            let secret = product.kubectl(&[
+                "get",
+                "secret",
+                "alpha-credentials",
+                "-n",
+                NAMESPACE,
+                "-o",
+                "json",
+            ]);
+            let secret: Value = serde_json::from_str(&secret).ok()?;
+            secret["metadata"]["annotations"][ROTATE_CREDENTIALS]
+                .is_null()
+                .then_some(())
+        },
+    )
+    .await;
+}
