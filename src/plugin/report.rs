@@ -44,7 +44,10 @@ pub async fn report(
             "status.txt".into(),
             status::status(client, namespace, name).await?,
         ),
-        ("cluster.yaml".into(), yaml(std::slice::from_ref(&objects.cluster))?),
+        (
+            "cluster.yaml".into(),
+            yaml(std::slice::from_ref(&objects.cluster))?,
+        ),
         ("valkeynodes.yaml".into(), yaml(&objects.nodes)?),
         ("pods.yaml".into(), yaml(&objects.pods)?),
         ("events.yaml".into(), yaml(&objects.events)?),
