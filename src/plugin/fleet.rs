@@ -14,6 +14,7 @@ use serde::Serialize;
 use super::status::table;
 use crate::api::annotations::ROLLOUT_PAUSED;
 use crate::api::{FleetStatus, ValkeyCluster, ValkeyConfig};
+use crate::fleet::{ClusterKey, Fleet};
 
 /// How `fleet` prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -100,49 +101,43 @@ pub fn view(
     only: Option<&str>,
     now: Timestamp,
 ) -> Vec<ConfigView> {
-    let bases: BTreeMap<String, Option<String>> = configs
+    // The fleet index answers which clusters resolve through a config, as admission asks it.
+    let mut fleet = Fleet::default();
+    for config in configs {
+        fleet.upsert_config(&config.name_any(), config.spec.clone());
+    }
+    let by_key: BTreeMap<ClusterKey, &ValkeyCluster> = clusters
         .iter()
-        .map(|c| (c.name_any(), c.spec.base_ref.clone()))
+        .map(|cluster| {
+            fleet.upsert_cluster(ClusterKey::of(cluster), &cluster.spec.config_ref);
+            (ClusterKey::of(cluster), cluster)
+        })
         .collect();
     let mut views: Vec<ConfigView> = configs
         .iter()
         .filter(|c| only.is_none_or(|name| c.name_any() == name))
-        .map(|config| ConfigView {
-            name: config.name_any(),
-            image: config.spec.image_ref.clone(),
-            base: config.spec.base_ref.clone(),
-            paused: config.annotations().get(ROLLOUT_PAUSED).map(String::as_str) == Some("true"),
-            status: config.status.clone(),
-            clusters: Vec::new(),
+        .map(|config| {
+            let name = config.name_any();
+            let mut clusters: Vec<ClusterView> = (fleet.clusters_resolving_through(&name))
+                .iter()
+                .filter_map(|key| Some(cluster_view(by_key.get(key)?, now)))
+                .collect();
+            clusters.sort_by(|a, b| {
+                (a.standing, &a.namespace, &a.name).cmp(&(b.standing, &b.namespace, &b.name))
+            });
+            ConfigView {
+                name,
+                image: config.spec.image_ref.clone(),
+                base: config.spec.base_ref.clone(),
+                paused: config.annotations().get(ROLLOUT_PAUSED).map(String::as_str)
+                    == Some("true"),
+                status: config.status.clone(),
+                clusters,
+            }
         })
         .collect();
-    for cluster in clusters {
-        let chain = chain(&bases, &cluster.spec.config_ref);
-        for view in views.iter_mut().filter(|v| chain.contains(&v.name)) {
-            view.clusters.push(cluster_view(cluster, now));
-        }
-    }
-    for view in &mut views {
-        view.clusters.sort_by(|a, b| {
-            (a.standing, &a.namespace, &a.name).cmp(&(b.standing, &b.namespace, &b.name))
-        });
-    }
+    views.sort_by(|a, b| a.name.cmp(&b.name));
     views
-}
-
-/// A config and its bases, nearest first (at most the CRD's 10, a loop cut short).
-fn chain(bases: &BTreeMap<String, Option<String>>, config: &str) -> Vec<String> {
-    let mut chain = vec![config.to_owned()];
-    while chain.len() < 10 {
-        let Some(Some(base)) = chain.last().and_then(|last| bases.get(last)) else {
-            break;
-        };
-        if chain.contains(base) {
-            break;
-        }
-        chain.push(base.clone());
-    }
-    chain
 }
 
 /// Where `cluster` stands, from its status and its hold annotation.
