@@ -5,12 +5,19 @@ SHELL := /bin/bash
 CACHE ?= $(HOME)/.cache/valkey-operator
 export VALKEY_BIN_ROOT := $(CACHE)/valkey
 
-.PHONY: test test-unit lint crds manifests tools valkey-bins k8s-bins prometheus-bins node-packages dev chart-lint plugin
+.PHONY: test test-binaries test-unit lint crds manifests tools valkey-bins k8s-bins prometheus-bins node-packages dev chart-lint plugin
 
-## test: fetch/build what the tests need, then run every test of the workspace.
+## test: fetch/build what the tests need (the tools and the Rust test binaries at once), then run
+## every test of the workspace, two at a time, longest first (hack/run-tests.py; TEST_JOBS=N).
 ## (Benchmarks are compiled by `make lint` but not run here: they print figures, they do not test.)
-test: tools
-	cargo test --workspace --lib --bins --tests
+TEST_TARGETS := --workspace --lib --bins --tests
+test:
+	$(MAKE) --no-print-directory -j4 tools test-binaries
+	hack/run-tests.py -- $(TEST_TARGETS)
+
+## test-binaries: compile every test binary without running one.
+test-binaries:
+	cargo test $(TEST_TARGETS) --no-run
 
 ## test-unit: the fast tier: every crate's unit tests and every integration test but the slow
 ## ones, which the file name marks: `e2e_*` (a control plane, Prometheus) and `cluster_*` (real
