@@ -10,7 +10,8 @@
 //! (SIGSTOP) is killed by the real kubelet's liveness probe and taken over, and `kubectl
 //! drain` of the node holding a primary (a real cordon, real evictions through the operator's
 //! webhook, a real kubelet stopping the container) hands the shard over first; no
-//! acknowledged write lost in any. And the
+//! acknowledged write lost in the drain, none but the last second's before a kill or a stop
+//! (asynchronous replication: [`REPLICATION_WINDOW`]). And the
 //! operator installed as a user installs it (`helm install`, its image built from this
 //! build's binary, two replicas on the real nodes, in-cluster config, webhooks through its
 //! Service): the leading replica's Pod deleted in the middle of a roll, the other replica
@@ -19,6 +20,12 @@
 use std::time::{Duration, Instant};
 
 use harness::eventually;
+
+/// Valkey replicates asynchronously: what a primary acknowledged in the moment before it was
+/// killed (or stopped) may not have reached its replica. On this shared 2-core machine, with
+/// three kubelets and another test running, that lag reached a few hundred milliseconds (32
+/// writes, one run); nothing acknowledged earlier may be lost.
+const REPLICATION_WINDOW: Duration = Duration::from_secs(1);
 use harness::k8s::{ClusterWatch, IMAGES, Product, ProductOptions, converged};
 use serde_json::Value;
 
@@ -320,7 +327,7 @@ async fn healed(product: &Product, gone: &str, what: &str) {
 
 // Two workers: `kubectl drain` blocks its thread for seconds while the writer must go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_a_hung_primary_and_a_drained_node_lose_no_write_on_three_real_nodes() {
+async fn a_killed_a_hung_primary_and_a_drained_node_lose_no_replicated_write_on_three_real_nodes() {
     let product = Product::start_with(ProductOptions {
         real_nodes: &["a", "b", "c"],
         ..Default::default()
@@ -346,6 +353,7 @@ async fn a_killed_a_hung_primary_and_a_drained_node_lose_no_write_on_three_real_
     let victim = product.primary_of(NAMESPACE, "orders", 0).await;
     let (_, pid) = container_of(&product, &victim);
     let killed = Instant::now();
+    let fault = tokio::time::Instant::now();
     let status = std::process::Command::new("kill")
         .args(["-KILL", &pid.to_string()])
         .status()
@@ -361,10 +369,13 @@ async fn a_killed_a_hung_primary_and_a_drained_node_lose_no_write_on_three_real_
         "killed primary's shard whole again after {:.1?}",
         killed.elapsed()
     );
-    let report = watch.finish(&product).await;
+    let (report, lost) = watch
+        .finish_across_fault(&product, fault, REPLICATION_WINDOW)
+        .await;
     report.assert_shards(1, 1, 0);
     println!(
-        "SIGKILL: {} acknowledged writes, none lost; longest write gap {:.2?}",
+        "SIGKILL: {} acknowledged writes, {lost} lost, all within {REPLICATION_WINDOW:?} before \
+         the kill; longest write gap {:.2?}",
         report.log.ack_times.len(),
         report.longest_write_gap()
     );
@@ -376,6 +387,7 @@ async fn a_killed_a_hung_primary_and_a_drained_node_lose_no_write_on_three_real_
     let hung_primary = product.primary_of(NAMESPACE, "orders", 0).await;
     let (_, pid) = container_of(&product, &hung_primary);
     let hung = Instant::now();
+    let fault = tokio::time::Instant::now();
     let status = std::process::Command::new("kill")
         .args(["-STOP", &pid.to_string()])
         .status()
@@ -408,10 +420,13 @@ async fn a_killed_a_hung_primary_and_a_drained_node_lose_no_write_on_three_real_
         events.contains("Liveness probe failed"),
         "no liveness failure among the events:\n{events}"
     );
-    let report = watch.finish(&product).await;
+    let (report, lost) = watch
+        .finish_across_fault(&product, fault, REPLICATION_WINDOW)
+        .await;
     report.assert_shards(1, 1, 0);
     println!(
-        "SIGSTOP: {} acknowledged writes, none lost; longest write gap {:.2?}",
+        "SIGSTOP: {} acknowledged writes, {lost} lost, all within {REPLICATION_WINDOW:?} before \
+         the stop; longest write gap {:.2?}",
         report.log.ack_times.len(),
         report.longest_write_gap()
     );

@@ -684,6 +684,45 @@ impl ClusterWatch {
         self.writer.assert_progressing().await;
     }
 
+    /// Stops after a primary was killed (or stopped) at `fault`: writes acknowledged within
+    /// `window` before it may have died with it (asynchronous replication had not copied them
+    /// yet); every other acknowledged write must be readable. Returns the report and how many
+    /// were lost inside the window (a figure).
+    pub async fn finish_across_fault(
+        self,
+        product: &Product,
+        fault: tokio::time::Instant,
+        window: Duration,
+    ) -> (WatchReport, usize) {
+        self.writer.assert_progressing().await;
+        let log = self.writer.stop().await;
+        let samples = self.sampler.stop().await;
+        let pods_after = product.addresses(&self.namespace, &self.name);
+        let seeds: Vec<String> = pods_after.values().cloned().collect();
+        let cluster = format!("{}/{}", self.namespace, self.name);
+        let lost = crate::valkey::lost_writes(&seeds, log.acked).await;
+        let inside = |index: &&u64| {
+            let acked = log.ack_times[usize::try_from(**index).unwrap_or(usize::MAX)];
+            acked <= fault && acked + window >= fault
+        };
+        let (within, outside): (Vec<&u64>, Vec<&u64>) = lost.iter().partition(inside);
+        assert!(
+            outside.is_empty(),
+            "{cluster} lost {} acknowledged writes outside the {window:?} before the fault \
+             (of {} acknowledged), first {:?}",
+            outside.len(),
+            log.acked,
+            &outside[..outside.len().min(5)]
+        );
+        let report = WatchReport {
+            cluster,
+            log,
+            samples,
+            pods_after,
+        };
+        (report, within.len())
+    }
+
     /// Stops, and checks that every acknowledged write is readable from the cluster as it is now.
     pub async fn finish(self, product: &Product) -> WatchReport {
         self.writer.assert_progressing().await;
