@@ -10,7 +10,11 @@
 //! - `replace` of a primary's node under a stock cluster client: one failover, nothing lost;
 //! - `pause` and `resume` write the config's annotation; `rotate-credentials` starts a
 //!   rotation;
-//! - `report` writes a bundle with each node's words in it and no secret value anywhere.
+//! - `report` writes a bundle with each node's words in it and no secret value anywhere;
+//! - `switchover` of a shard under a stock cluster client: one failover, nothing lost, carried
+//!   out once; a config with a closed maintenance window rolls nothing, shows when the window
+//!   opens, and once it opens a supervised roll surges the replica and waits for a person's
+//!   `switchover`, which is the roll's one failover.
 
 use std::time::{Duration, Instant};
 
@@ -287,4 +291,197 @@ async fn the_plugin_shows_holds_replaces_and_reports_by_name() {
         },
     )
     .await;
+}
+
+const OPS_NAMESPACE: &str = "plugin-ops";
+
+/// A namespace, a config whose rollout is supervised with one daily window of an hour opening
+/// at `start` (UTC), and a 1 × 1 cluster on it.
+fn supervised_fleet(start: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {OPS_NAMESPACE}}}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata: {{name: supervised}}
+spec:
+  imageRef: valkey-9-0-0
+  rollout:
+    primaryUpdate: Supervised
+    maintenanceWindows:
+      - start: "{start}"
+        durationMinutes: 60
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {{name: gamma, namespace: {OPS_NAMESPACE}}}
+spec: {{configRef: supervised, shards: 1, replicasPerShard: 1}}
+"#
+    )
+}
+
+fn progressing(product: &Product) -> String {
+    let cluster = product.cluster(OPS_NAMESPACE, "gamma");
+    condition_field(&cluster, "Progressing", "message").unwrap_or_default()
+}
+
+/// `kubectl valkey switchover` under a stock cluster client: the shard's primary changes once,
+/// nothing acknowledged is lost. Returns the time it took.
+async fn switch_over(product: &Product, version: &str) -> Duration {
+    let before = product.primary_of(OPS_NAMESPACE, "gamma", 0).await;
+    let watch = ClusterWatch::start(product, OPS_NAMESPACE, "gamma").await;
+    let started = Instant::now();
+    let said = plugin(
+        product,
+        &["switchover", "gamma", "--shard", "0", "-n", OPS_NAMESPACE],
+    );
+    assert!(said.contains("switchover of shard 0"), "{said}");
+    eventually("the switchover", Duration::from_secs(90), async || {
+        let cluster = product.cluster(OPS_NAMESPACE, "gamma");
+        let now = product.primary_of(OPS_NAMESPACE, "gamma", 0).await;
+        (now != before && converged(&cluster, version)).then_some(())
+    })
+    .await;
+    let took = started.elapsed();
+    let report = watch.finish(product).await;
+    report.assert_shards(1, 1, 1);
+    println!(
+        "plugin | switchover of shard 0 ({version}) | done in {:.1} s | acked {} | lost 0 | longest write gap {:.3} s",
+        took.as_secs_f64(),
+        report.log.acked,
+        report.longest_write_gap().as_secs_f64()
+    );
+    took
+}
+
+#[tokio::test]
+async fn a_switchover_a_maintenance_window_and_a_supervised_roll_by_name() {
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+    let product = Product::start(None, &[]).await;
+    product.apply(IMAGES);
+    // A daily window that opens two hours from now: closed for the whole test.
+    let in_two_hours = Timestamp::now() + SignedDuration::from_hours(2);
+    product.apply(&supervised_fleet(
+        &in_two_hours.strftime("%H:%M").to_string(),
+    ));
+    product
+        .wait_converged(
+            &[(OPS_NAMESPACE, "gamma")],
+            "9.0.0",
+            Duration::from_secs(180),
+        )
+        .await;
+
+    // The new config's columns follow its cluster (the operator started moments ago), and
+    // it says when its window opens; `fleet` shows it.
+    let converged_at = Instant::now();
+    let next = eventually(
+        "the config's columns",
+        Duration::from_secs(10),
+        async || {
+            let config = product.kubectl(&["get", "valkeyconfig", "supervised", "-o", "json"]);
+            let config: Value = serde_json::from_str(&config).ok()?;
+            let status = &config["status"];
+            let counted = status["clusters"] == 1 && status["upToDate"] == 1;
+            let next = status["nextWindow"].as_str().map(String::from);
+            next.filter(|_| counted)
+        },
+    )
+    .await;
+    let lag = converged_at.elapsed();
+    println!(
+        "plugin | a new config's fleet columns after its cluster converged | {:.1} s",
+        lag.as_secs_f64()
+    );
+    assert!(lag <= Duration::from_secs(4), "the columns lagged {lag:?}");
+    let opens: Timestamp = next.parse().unwrap();
+    let ahead = opens.duration_since(Timestamp::now());
+    assert!(
+        ahead > SignedDuration::from_mins(118) && ahead <= SignedDuration::from_mins(120),
+        "next window {next}"
+    );
+    let table = plugin(&product, &["fleet", "supervised"]);
+    assert!(
+        table.contains("NEXT-WINDOW") && table.contains(&next),
+        "{table}"
+    );
+
+    // A switchover asked for by name; a shard the cluster does not have is refused.
+    switch_over(&product, "9.0.0").await;
+    let cluster = product.cluster(OPS_NAMESPACE, "gamma");
+    assert!(
+        cluster["status"]["roll"]["switchover"].is_string(),
+        "the request is remembered: {}",
+        cluster["status"]["roll"]
+    );
+    let (ok, said) = product.plugin(&["switchover", "gamma", "--shard", "3", "-n", OPS_NAMESPACE]);
+    assert!(!ok && said.contains("has shards 0 to 0"), "{said}");
+    let (ok, refused) = product.try_kubectl(
+        &[
+            "annotate",
+            "valkeycluster",
+            "gamma",
+            "-n",
+            OPS_NAMESPACE,
+            "--overwrite",
+            "valkey.gomomento.com/switchover=shard one",
+        ],
+        None,
+    );
+    assert!(!ok && refused.contains("expected JSON like"), "{refused}");
+
+    // Outside the window a change rolls nothing.
+    product.patch(
+        "valkeyconfig/supervised",
+        None,
+        r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
+    );
+    eventually(
+        "the roll waits for the window",
+        Duration::from_secs(30),
+        async || {
+            progressing(&product)
+                .contains("outside the rollout's maintenance windows")
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let cluster = product.cluster(OPS_NAMESPACE, "gamma");
+    assert_eq!(
+        cluster["status"]["outdatedNodes"], 2,
+        "{}",
+        cluster["status"]
+    );
+    assert_eq!(
+        product.node_ids(OPS_NAMESPACE, "gamma").len(),
+        2,
+        "nothing joined"
+    );
+
+    // The window opened (a minute ago): the roll surges the replica, then waits for a person.
+    let opened = Timestamp::now() - SignedDuration::from_mins(1);
+    let start = opened.strftime("%H:%M").to_string();
+    let window = format!(
+        r#"{{"spec": {{"rollout": {{"maintenanceWindows": [{{"start": "{start}", "durationMinutes": 120}}]}}}}}}"#
+    );
+    product.patch("valkeyconfig/supervised", None, &window);
+    eventually(
+        "the supervised wait",
+        Duration::from_secs(120),
+        async || progressing(&product).contains("supervised").then_some(()),
+    )
+    .await;
+    let primary = product.primary_of(OPS_NAMESPACE, "gamma", 0).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        product.primary_of(OPS_NAMESPACE, "gamma", 0).await,
+        primary,
+        "a supervised roll fails nothing over by itself"
+    );
+    // The switchover is the roll's one failover; the roll then finishes.
+    switch_over(&product, "9.1.2").await;
 }

@@ -35,6 +35,7 @@ fn defined() -> BTreeSet<&'static str> {
         annotations::ROLLOUT_WAVE,
         annotations::ROLLOUT_HOLD,
         annotations::ROTATE_CREDENTIALS,
+        annotations::SWITCHOVER,
         annotations::REPLICA_OF,
         annotations::REVISION,
         finalizers::RETIRE_NODES,
@@ -172,6 +173,10 @@ fn event_reasons() -> (BTreeSet<&'static str>, BTreeSet<&'static str>) {
             to: text(),
             what: text(),
         },
+        ClusterEvent::Switchover {
+            to: text(),
+            what: text(),
+        },
         ClusterEvent::TakeOver {
             to: text(),
             what: text(),
@@ -199,6 +204,7 @@ fn event_reasons() -> (BTreeSet<&'static str>, BTreeSet<&'static str>) {
             | ClusterEvent::NodeActive { .. }
             | ClusterEvent::Failover { .. }
             | ClusterEvent::HandOver { .. }
+            | ClusterEvent::Switchover { .. }
             | ClusterEvent::TakeOver { .. }
             | ClusterEvent::SlotMigration { .. }
             | ClusterEvent::NodeRetired { .. }

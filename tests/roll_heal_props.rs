@@ -273,7 +273,9 @@ impl Sim {
                 self.memory.record_failover(REVISION, *shard);
                 self.swap(from, to);
             }
-            Step::HandOver { from, to, .. } => self.swap(from, to),
+            Step::HandOver { from, to, .. } | Step::Switchover { from, to, .. } => {
+                self.swap(from, to)
+            }
             Step::TakeOver { from, to, .. } => {
                 let slots = std::mem::take(&mut self.get(from).slots);
                 let heir = self.get(to);
@@ -355,6 +357,8 @@ fn run(shards: u32, replicas: u32, faults: &[Option<Fault>]) {
         shards,
         replicas_per_shard: replicas,
         revision: REVISION.into(),
+        switchover: None,
+        primary_update: Default::default(),
     };
     let mut sim = Sim::converged(shards, replicas);
     let mut schedule = faults.iter();

@@ -159,7 +159,9 @@ impl Sim {
                 }
                 self.swap(from, to);
             }
-            Step::HandOver { from, to, .. } => self.swap(from, to),
+            Step::HandOver { from, to, .. } | Step::Switchover { from, to, .. } => {
+                self.swap(from, to)
+            }
             Step::TakeOver { from, to, .. } => {
                 let slots = std::mem::take(&mut self.node(from).slots);
                 let heir = self.node(to);
@@ -410,6 +412,8 @@ fn desired_strategy() -> impl Strategy<Value = DesiredShape> {
         shards,
         replicas_per_shard: replicas,
         revision: if new { NEW } else { OLD }.into(),
+        switchover: None,
+        primary_update: Default::default(),
     })
 }
 
@@ -443,6 +447,8 @@ fn bootstrap_from_nothing_converges() {
                 shards,
                 replicas_per_shard: replicas,
                 revision: OLD.into(),
+                switchover: None,
+                primary_update: Default::default(),
             };
             run(&start, &desired, vec![], false);
         }
@@ -459,6 +465,8 @@ fn one_shard_roll_follows_the_guide_order() {
         shards: 1,
         replicas_per_shard: 1,
         revision: NEW.into(),
+        switchover: None,
+        primary_update: Default::default(),
     };
     let mut nodes = build(&start);
     let mut memory = RollMemory::default();
@@ -508,6 +516,8 @@ fn a_stalled_join_is_abandoned_once_the_spec_moves_past_it() {
         shards: 1,
         replicas_per_shard: 1,
         revision: "9.2.0-never-starts".into(),
+        switchover: None,
+        primary_update: Default::default(),
     };
     let mut sim = Sim {
         nodes: build(&start),

@@ -3,6 +3,7 @@
 //! switch that changes the image warns of the roll; reserved pod annotations and adding or
 //! removing TLS are refused (the CRD's own rules say the same, this gives the reason too).
 
+use kube::ResourceExt;
 use kube::core::admission::Operation;
 
 use super::impact::{config_ref_image_change, judge_config_ref_switch};
@@ -10,6 +11,7 @@ use super::users::check_users;
 use super::version::check_floor;
 use super::{Policy, Review, Verdict, clip};
 use crate::acl;
+use crate::api::annotations::SWITCHOVER;
 use crate::api::bounds::{Problem, acl_syntax_problems, cap_problems, cluster_problems};
 use crate::api::{AclUser, RESERVED_PREFIX, ValkeyCluster, ValkeyClusterSpec};
 use crate::fleet::Fleet;
@@ -52,6 +54,7 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet, policy: &
         return verdict;
     }
     check_pod_annotations(spec, &mut verdict);
+    check_switchover(cluster, review.old, &mut verdict);
     if let Some(old) = review.old
         && old.spec.tls.is_some() != spec.tls.is_some()
     {
@@ -75,6 +78,18 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet, policy: &
         );
     }
     verdict
+}
+
+/// A switchover request that is not one is refused when it is written (one kept from before is
+/// left alone: the controller ignores it and says so).
+fn check_switchover(cluster: &ValkeyCluster, old: Option<&ValkeyCluster>, verdict: &mut Verdict) {
+    let Some(Err(problem)) = cluster.switchover_request() else {
+        return;
+    };
+    let value = |c: &ValkeyCluster| c.annotations().get(SWITCHOVER).cloned();
+    if old.map(value) != Some(value(cluster)) {
+        verdict.deny(problem);
+    }
 }
 
 /// The hard limits and the ACL syntax rules.

@@ -318,6 +318,7 @@ fn a_paced_change_says_how_it_is_paced_and_what_it_does_to_each_cluster() {
             clusters: vec!["team-b/feed".into()],
         }],
         allow_wave_annotation: false,
+        ..Default::default()
     });
     let object = config("standard", spec);
     let verdict = validate_config(

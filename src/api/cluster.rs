@@ -306,6 +306,11 @@ pub struct RollStatus {
     /// missing here was issued once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failover_attempts: Vec<FailoverAttempts>,
+    /// The last switchover a person asked for (`valkey.gomomento.com/switchover`, as written)
+    /// that was carried out: recorded before it is issued, so it is never issued twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub switchover: Option<String>,
 }
 
 /// The failover attempts of one shard in a roll.
@@ -372,6 +377,38 @@ impl ValkeyCluster {
             Ok(_) => None,
             Err(_) => Some(Hold::UntilReleased),
         }
+    }
+}
+
+/// A switchover asked for by annotation ([`SWITCHOVER`](super::annotations::SWITCHOVER)), as
+/// JSON: `{"shard": 1}` or `{"shard": 1, "to": "<ValkeyNode>"}`, with `requestedAt` (any
+/// string) to tell a request from an earlier one that was the same.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SwitchoverRequest {
+    pub shard: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_at: Option<String>,
+}
+
+impl ValkeyCluster {
+    /// The switchover asked for on this cluster, with the annotation's value (the request's
+    /// identity), or why the value is not one.
+    pub fn switchover_request(&self) -> Option<Result<(SwitchoverRequest, &str), String>> {
+        let value = self.annotations().get(super::annotations::SWITCHOVER)?;
+        Some(
+            serde_json::from_str(value)
+                .map(|request| (request, value.as_str()))
+                .map_err(|error| {
+                    format!(
+                        "{}: {error}; expected JSON like {{\"shard\": 1}} or \
+                         {{\"shard\": 1, \"to\": \"<ValkeyNode>\"}}",
+                        super::annotations::SWITCHOVER
+                    )
+                }),
+        )
     }
 }
 

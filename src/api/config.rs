@@ -32,6 +32,11 @@ use super::AclUser;
     printcolumn(name = "Held", type_ = "integer", json_path = ".status.held"),
     printcolumn(name = "Rollout", type_ = "string", json_path = ".status.rollout"),
     printcolumn(
+        name = "Next-Window",
+        type_ = "string",
+        json_path = ".status.nextWindow"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -88,6 +93,62 @@ pub struct RolloutPolicy {
     /// cluster's owner cannot make it lead a rollout.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_wave_annotation: bool,
+    /// Who fails over an outdated primary in a roll: `Automatic` (the default), or
+    /// `Supervised`: the roll surges the shard's up-to-date replicas, then waits for a person's
+    /// switchover (`kubectl valkey switchover`, or the `valkey.gomomento.com/switchover`
+    /// annotation).
+    #[serde(default, skip_serializing_if = "PrimaryUpdatePolicy::is_automatic")]
+    pub primary_update: PrimaryUpdatePolicy,
+    /// When a cluster may start rolling (UTC): a roll starts only inside one of these windows, a
+    /// shard in flight finishes; healing never waits. Unset: any time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub maintenance_windows: Vec<MaintenanceWindow>,
+}
+
+/// Who fails over an outdated primary in a roll.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PrimaryUpdatePolicy {
+    #[default]
+    Automatic,
+    Supervised,
+}
+
+impl PrimaryUpdatePolicy {
+    fn is_automatic(&self) -> bool {
+        *self == PrimaryUpdatePolicy::Automatic
+    }
+}
+
+/// A weekly maintenance window in UTC: it opens at `start` on each of `days` (every day when
+/// empty) and stays open `durationMinutes`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceWindow {
+    /// The days it opens on, `Mon` to `Sun`; empty: every day.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 7))]
+    pub days: Vec<Weekday>,
+    /// When it opens, `HH:MM` in UTC.
+    #[schemars(regex(pattern = r"^([01][0-9]|2[0-3]):[0-5][0-9]$"))]
+    pub start: String,
+    /// How long it stays open, in minutes (at most a week).
+    #[schemars(range(min = 1, max = 10080))]
+    pub duration_minutes: u32,
+}
+
+/// A day of the week.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub enum Weekday {
+    Mon,
+    Tue,
+    Wed,
+    Thu,
+    Fri,
+    Sat,
+    Sun,
 }
 
 /// One early wave of a rollout.
@@ -131,6 +192,10 @@ pub struct FleetStatus {
     /// Outdated and held on their revision by a person (`valkey.gomomento.com/rollout-hold`).
     #[serde(default)]
     pub held: u32,
+    /// When the config's next maintenance window opens (RFC 3339), when its rollout policy has
+    /// windows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<String>,
     /// `Complete`, `Rolling`, `Paused`, `Halted`, or `Held` (every cluster up to date but the
     /// held ones).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -91,6 +91,14 @@ pub mod annotations {
     /// a node by hand. It counts for [`HANDOVER_WINDOW`] after that time.
     pub const HANDOVER_REQUESTED: &str = "valkey.gomomento.com/handover-requested";
 
+    /// On a ValkeyCluster, a switchover asked for, as JSON: `{"shard": 1}` hands shard 1's
+    /// primary role to its most caught-up synced replica (up-to-date ones first),
+    /// `{"shard": 1, "to": "<ValkeyNode>"}` to that replica. Carried out once (the roll's memory,
+    /// `status.roll.switchover`, records it); to ask again, write a new request (the plugin's
+    /// `kubectl valkey switchover` adds `"requestedAt"`). With `rollout.primaryUpdate:
+    /// Supervised` on its config, it is also how a roll's primary is failed over.
+    pub const SWITCHOVER: &str = "valkey.gomomento.com/switchover";
+
     /// Set on a ValkeyCluster whose roll stalled because a shard's failover never took effect
     /// (`FailoverIncomplete`), once a person has looked: its value must be the roll's revision
     /// (`status.roll.revision`), so it never carries over to a later roll. The controller gives

@@ -19,6 +19,7 @@ use crate::controller::status::{ConditionType, Reason, set_condition};
 use crate::fleet::Fleet;
 use crate::fleet::resolve;
 use crate::fleet::rollout::{Tally, tallies};
+use crate::fleet::window::Windows;
 
 /// How often the fleet status is recomputed and written where it changed.
 const STATUS_PERIOD: Duration = Duration::from_secs(2);
@@ -36,27 +37,37 @@ pub async fn write_fleet_status(
     let mut written: HashMap<(bool, String), FleetStatus> = HashMap::new();
     loop {
         tokio::time::sleep(STATUS_PERIOD).await;
-        // A new leader knows only the clusters it has reconciled: it writes nothing until it
-        // has had the time to see them, rather than counts that start from zero.
-        if rollouts.learning() {
-            continue;
-        }
+        // A new leader knows only the clusters it has reconciled: until it has had the time to
+        // see them all, it writes a config's counts only once every cluster resolving through
+        // it has reported (so a new config's columns fill at once), and no image's, rather
+        // than counts that start from zero.
+        let learning = rollouts.learning();
         let wanted = {
             let fleet = fleet.read().unwrap_or_else(|p| p.into_inner());
             rollouts.keep_only(|key| fleet.cluster_config_ref(key).is_some());
-            let (config_tallies, image_tallies) = tallies(&rollouts.snapshot());
+            let standings = rollouts.snapshot();
+            let (config_tallies, image_tallies) = tallies(&standings);
+            let known = |name: &str| {
+                !learning
+                    || fleet
+                        .clusters_resolving_through(name)
+                        .iter()
+                        .all(|key| standings.contains_key(key))
+            };
             let paused = |name: &str| {
                 let chain = resolve::chain_of(name, &*fleet).unwrap_or_default();
                 chain.iter().any(|(config, _)| fleet.is_paused(config))
             };
             let before = |key: &(bool, String)| written.get(key);
-            let configs = fleet.config_names().map(|name| {
+            let now = Timestamp::now();
+            let configs = fleet.config_names().filter(|name| known(name)).map(|name| {
                 let tally = config_tallies.get(name).copied().unwrap_or_default();
                 let key = (true, name.clone());
-                let status = status(tally, paused(name), before(&key));
+                let mut status = status(tally, paused(name), before(&key));
+                status.next_window = next_window(&fleet, name, now);
                 (key, status)
             });
-            let images = fleet.image_names().map(|name| {
+            let images = fleet.image_names().filter(|_| !learning).map(|name| {
                 let tally = image_tallies.get(name).copied().unwrap_or_default();
                 let key = (false, name.clone());
                 let status = status(tally, false, before(&key));
@@ -64,7 +75,9 @@ pub async fn write_fleet_status(
             });
             configs.chain(images).collect::<Vec<_>>()
         };
-        written.retain(|key, _| wanted.iter().any(|(wanted, _)| wanted == key));
+        if !learning {
+            written.retain(|key, _| wanted.iter().any(|(wanted, _)| wanted == key));
+        }
         for ((is_config, name), status) in wanted {
             let before = written.get(&(is_config, name.clone()));
             if before == Some(&status) {
@@ -120,9 +133,17 @@ fn status(tally: Tally, paused: bool, before: Option<&FleetStatus>) -> FleetStat
         queued: tally.queued,
         stalled: tally.stalled,
         held: tally.held,
+        next_window: None,
         rollout: Some(tally.phase(paused).to_owned()),
         conditions,
     }
+}
+
+/// When config `name`'s own rollout policy next opens a maintenance window, if it has any.
+fn next_window(fleet: &Fleet, name: &str, now: Timestamp) -> Option<String> {
+    let policy = resolve::Catalog::config(fleet, name)?.rollout.as_ref()?;
+    let windows = Windows::of(&policy.maintenance_windows).ok()?;
+    windows.next_opening(now).map(|at| at.to_string())
 }
 
 /// `Halted`: whether a cluster stalled on the change holds the rollout back, and what starts it

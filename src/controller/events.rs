@@ -36,6 +36,11 @@ pub enum ClusterEvent {
         to: String,
         what: String,
     },
+    /// A switchover a person asked for is being issued onto `to` (planned).
+    Switchover {
+        to: String,
+        what: String,
+    },
     /// `to` takes over a shard whose primary's server stopped (unplanned).
     TakeOver {
         to: String,
@@ -93,6 +98,7 @@ impl ClusterEvent {
             | ClusterEvent::NodeRetired { node, .. } => Some(node),
             ClusterEvent::Failover { to, .. }
             | ClusterEvent::HandOver { to, .. }
+            | ClusterEvent::Switchover { to, .. }
             | ClusterEvent::TakeOver { to, .. }
             | ClusterEvent::SlotMigration { to, .. } => Some(to),
             _ => None,
@@ -138,6 +144,7 @@ impl Said for ClusterEvent {
             ClusterEvent::NodeActive { .. } => "NodeActive",
             ClusterEvent::Failover { .. } => "Failover",
             ClusterEvent::HandOver { .. } => "HandOver",
+            ClusterEvent::Switchover { .. } => "Switchover",
             ClusterEvent::TakeOver { .. } => "TakeOver",
             ClusterEvent::SlotMigration { .. } => "SlotMigration",
             ClusterEvent::NodeRetired { .. } => "NodeRetired",
@@ -158,6 +165,7 @@ impl Said for ClusterEvent {
             ClusterEvent::NodeActive { .. } => "Activate",
             ClusterEvent::Failover { .. }
             | ClusterEvent::HandOver { .. }
+            | ClusterEvent::Switchover { .. }
             | ClusterEvent::TakeOver { .. } => "Failover",
             ClusterEvent::SlotMigration { .. } => "MigrateSlots",
             ClusterEvent::NodeRetired { .. } => "Retire",
@@ -192,6 +200,7 @@ impl Said for ClusterEvent {
             }
             ClusterEvent::Failover { what, .. }
             | ClusterEvent::HandOver { what, .. }
+            | ClusterEvent::Switchover { what, .. }
             | ClusterEvent::TakeOver { what, .. }
             | ClusterEvent::SlotMigration { what, .. }
             | ClusterEvent::NodeRetired { what, .. } => what.clone(),

@@ -24,6 +24,8 @@ fn desired(revision: &str) -> DesiredShape {
         shards: 2,
         replicas_per_shard: 0,
         revision: revision.into(),
+        switchover: None,
+        primary_update: Default::default(),
     }
 }
 

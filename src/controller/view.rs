@@ -191,6 +191,7 @@ pub fn memory_of(status: &ValkeyClusterStatus) -> RollMemory {
         revision: roll.revision,
         failover_attempts,
         lost_joins: 0,
+        switchover_done: roll.switchover,
     }
 }
 
@@ -213,5 +214,6 @@ pub fn roll_status(memory: &RollMemory) -> RollStatus {
                 })
             })
             .collect(),
+        switchover: memory.switchover_done.clone(),
     }
 }

@@ -31,8 +31,8 @@ pub enum Outcome {
 
 type Result<T, H> = std::result::Result<T, StepError<<H as NodeHost>::Error>>;
 
-/// Performs exactly `step`. A failover is recorded in `memory` (and saved by the host) before
-/// it is issued, so a failover whose outcome is unknown is never issued twice.
+/// Performs exactly `step`. A failover (and a switchover's request) is recorded in `memory` (and
+/// saved by the host) before it is issued, so one whose outcome is unknown is never issued twice.
 pub async fn perform<H: NodeHost>(
     host: &mut H,
     step: &Step,
@@ -53,6 +53,13 @@ pub async fn perform<H: NodeHost>(
             fail_over(host, from, to, inputs).await
         }
         Step::HandOver { from, to, .. } => fail_over(host, from, to, inputs).await,
+        Step::Switchover {
+            from, to, request, ..
+        } => {
+            memory.switchover_done = Some(request.clone());
+            host.save_memory(memory).await.map_err(StepError::Host)?;
+            fail_over(host, from, to, inputs).await
+        }
         Step::TakeOver { to, .. } => {
             client(host, to, inputs)
                 .await?

@@ -9,6 +9,7 @@
 pub mod caches;
 pub mod resolve;
 pub mod rollout;
+pub mod window;
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fmt;
@@ -342,6 +343,18 @@ impl Fleet {
 
     pub fn cluster_count(&self) -> usize {
         self.cluster_config.len()
+    }
+
+    /// The rollout group of a config `chain` (its own config first): the nearest config with a
+    /// `spec.rollout` policy, and that policy.
+    pub fn rollout_group<'a>(
+        &'a self,
+        chain: &'a [String],
+    ) -> Option<(&'a String, &'a crate::api::RolloutPolicy)> {
+        chain.iter().find_map(|name| {
+            let policy = self.configs.get(name)?.rollout.as_ref()?;
+            Some((name, policy))
+        })
     }
 }
 

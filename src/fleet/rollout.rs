@@ -11,7 +11,8 @@
 //! 2. a cluster none of whose configs is paused and that has no policy starts at once (the
 //!    guide's behaviour: everything together);
 //! 3. a paused rollout starts nobody (annotation [`ROLLOUT_PAUSED`] on any config of the
-//!    cluster's chain);
+//!    cluster's chain); outside every maintenance window of its group's policy, a cluster
+//!    waits for the next to open ([`crate::fleet::window`]);
 //! 4. in a leader's first [`LEARNING`], a cluster whose group has members this leader has not
 //!    seen yet waits for their first pass (until then it cannot count them; after it, a member
 //!    that never reaches the gate, say one whose config does not resolve, holds nobody up);
@@ -38,9 +39,12 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use k8s_openapi::jiff::Timestamp;
+
 use crate::api::RolloutPolicy;
 use crate::api::annotations::ROLLOUT_PAUSED;
 use crate::fleet::ClusterKey;
+use crate::fleet::window::{Opening, Windows};
 
 /// A cluster's wave: a number, or the last wave (after every numbered one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -125,10 +129,12 @@ pub struct Standing {
 }
 
 /// A group's policy (`spec.rollout` of the group's config).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Policy {
     /// At most this many clusters of the group rolling at once; `None`: no cap.
     pub max_concurrent: Option<u32>,
+    /// When its clusters may start rolling.
+    pub windows: Windows,
 }
 
 /// What the gate needs to know of the cluster asking.
@@ -136,7 +142,9 @@ pub struct Policy {
 pub struct Asking<'a> {
     pub key: &'a ClusterKey,
     pub standing: &'a Standing,
-    pub policy: Option<Policy>,
+    pub policy: Option<&'a Policy>,
+    /// The time, for the maintenance windows.
+    pub now: Timestamp,
     /// Some config of its chain carries [`ROLLOUT_PAUSED`].
     pub paused: bool,
     /// Some node already runs the desired revision.
@@ -183,6 +191,10 @@ pub enum WaitFor {
     /// Some of the cluster's own nodes refuse the operator's login: it is stuck for a cause of
     /// its own (the controller's gate says so, not [`gate`]), and rolls on once they let it in.
     LoginRefused,
+    /// Outside every maintenance window of the group's policy: the next opens at `opens`.
+    OutsideWindow {
+        opens: Timestamp,
+    },
     /// A person holds the cluster on its revision (the controller's gate says so): until
     /// `until` (an RFC 3339 time), or until the annotation is removed.
     Held {
@@ -201,6 +213,7 @@ impl WaitFor {
             WaitFor::Capped { .. } => "RolloutCapped",
             WaitFor::LoginRefused => "LoginRefused",
             WaitFor::Held { .. } => "RolloutHeld",
+            WaitFor::OutsideWindow { .. } => "OutsideMaintenanceWindow",
         }
     }
 }
@@ -230,6 +243,11 @@ impl fmt::Display for WaitFor {
             WaitFor::Capped { rolling } => write!(
                 f,
                 "{rolling} clusters of the rollout are rolling, its maxConcurrent"
+            ),
+            WaitFor::OutsideWindow { opens } => write!(
+                f,
+                "outside the rollout's maintenance windows: it starts rolling when the next \
+                 opens, at {opens}"
             ),
             WaitFor::LoginRefused => f.write_str(
                 "some of its nodes refuse the operator's login: it rolls on once they let it in",
@@ -272,6 +290,9 @@ pub fn gate(asking: &Asking, fleet: &BTreeMap<ClusterKey, Standing>) -> Verdict 
     let Some(policy) = asking.policy else {
         return Verdict::Go;
     };
+    if let Opening::ClosedUntil(opens) = policy.windows.at(asking.now) {
+        return Verdict::Wait(WaitFor::OutsideWindow { opens });
+    }
     let unseen = asking
         .members
         .iter()

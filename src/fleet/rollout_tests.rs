@@ -24,13 +24,24 @@ fn fleet(members: &[(&str, Wave, Progress)]) -> BTreeMap<ClusterKey, Standing> {
         .collect()
 }
 
-fn ask<'a>(key: &'a ClusterKey, standing: &'a Standing, cap: Option<u32>) -> Asking<'a> {
+/// A policy with a cap and no windows (leaked: a test's few bytes, for its `Asking`).
+fn cap(max_concurrent: Option<u32>) -> &'static Policy {
+    Box::leak(Box::new(Policy {
+        max_concurrent,
+        windows: Windows::default(),
+    }))
+}
+
+fn noon() -> Timestamp {
+    "2026-12-04T12:00:00Z".parse().unwrap()
+}
+
+fn ask<'a>(key: &'a ClusterKey, standing: &'a Standing, max: Option<u32>) -> Asking<'a> {
     Asking {
         key,
         standing,
-        policy: Some(Policy {
-            max_concurrent: cap,
-        }),
+        policy: Some(cap(max)),
+        now: noon(),
         paused: false,
         started: false,
         mid_shard: false,
@@ -244,6 +255,7 @@ fn waves_are_the_policys_and_an_owners_annotation_counts_only_where_it_allows() 
         max_concurrent: Some(2),
         waves: vec![wave(&["payments/canary"]), wave(&["search/*"])],
         allow_wave_annotation: false,
+        ..Default::default()
     };
     let at = |namespace: &str, name: &str| ClusterKey::new(namespace, name);
     assert_eq!(
@@ -284,9 +296,8 @@ fn a_cluster_stuck_for_its_own_cause_holds_no_later_wave_and_halts_nobody() {
     let asking = Asking {
         key: &key,
         standing: &standing,
-        policy: Some(Policy {
-            max_concurrent: Some(1),
-        }),
+        policy: Some(cap(Some(1))),
+        now: noon(),
         paused: false,
         started: false,
         mid_shard: false,
@@ -333,4 +344,39 @@ fn a_rollout_whose_only_outdated_clusters_are_held_reads_held() {
     tally.count(Progress::Queued);
     assert_eq!(tally.phase(false), "Rolling");
     assert_eq!(tally.phase(true), "Paused");
+}
+
+#[test]
+fn outside_its_windows_a_cluster_waits_for_the_next_but_finishes_a_shard_in_flight() {
+    use crate::api::MaintenanceWindow;
+    let fleet = fleet(&[("a", Wave::Last, Progress::UpToDate)]);
+    let me = key("me");
+    let mine = standing(Wave::Last, Progress::Queued);
+    let nightly = MaintenanceWindow {
+        days: vec![],
+        start: "02:00".into(),
+        duration_minutes: 60,
+    };
+    let policy = Policy {
+        max_concurrent: None,
+        windows: Windows::of(&[nightly]).unwrap(),
+    };
+    let mut asking = ask(&me, &mine, None);
+    asking.policy = Some(&policy);
+    asking.learning = false;
+    let opens: Timestamp = "2026-12-05T02:00:00Z".parse().unwrap();
+    assert_eq!(
+        gate(&asking, &fleet),
+        Verdict::Wait(WaitFor::OutsideWindow { opens })
+    );
+    asking.now = "2026-12-05T02:30:00Z".parse().unwrap();
+    assert_eq!(gate(&asking, &fleet), Verdict::Go, "inside the window");
+    asking.now = noon();
+    asking.started = true;
+    asking.mid_shard = true;
+    assert_eq!(
+        gate(&asking, &fleet),
+        Verdict::Go,
+        "a shard in flight finishes"
+    );
 }

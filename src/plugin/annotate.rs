@@ -7,14 +7,15 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Client, Resource};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::api::annotations::{
-    HANDOVER_REQUESTED, ROLLOUT_HOLD, ROLLOUT_PAUSED, ROTATE_CREDENTIALS,
+    HANDOVER_REQUESTED, ROLLOUT_HOLD, ROLLOUT_PAUSED, ROTATE_CREDENTIALS, SWITCHOVER,
 };
-use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyNode};
+use crate::api::labels::{CLUSTER as CLUSTER_LABEL, SHARD_INDEX};
+use crate::api::{SwitchoverRequest, ValkeyCluster, ValkeyConfig, ValkeyNode};
 use crate::credentials::secret_name;
 
 /// Sets (`Some`) or removes (`None`) annotation `key` on the object `name` of `api`.
@@ -98,6 +99,55 @@ pub async fn replace(client: &Client, namespace: &str, node: &str) -> anyhow::Re
     Ok(format!(
         "valkeynode/{node} will be replaced: a new node joins its shard (a primary hands the \
          shard over first), then it is retired (kubectl valkey status <cluster> follows it)\n"
+    ))
+}
+
+/// Asks for a switchover of one shard (see [`SWITCHOVER`]), checking first that the shard and
+/// the replica named are the cluster's, so a typo is said here rather than in the status.
+pub async fn switchover(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+    shard: u32,
+    to: Option<String>,
+) -> anyhow::Result<String> {
+    let clusters: Api<ValkeyCluster> = Api::namespaced(client.clone(), namespace);
+    let found = clusters
+        .get_opt(cluster)
+        .await
+        .with_context(|| format!("reading ValkeyCluster {cluster}"))?
+        .with_context(|| format!("ValkeyCluster {cluster} not found in namespace {namespace}"))?;
+    let shards = u32::try_from(found.spec.shards).unwrap_or(0);
+    if shard >= shards {
+        bail!(
+            "valkeycluster/{cluster} has shards 0 to {}",
+            shards.saturating_sub(1)
+        );
+    }
+    if let Some(node) = &to {
+        let nodes: Api<ValkeyNode> = Api::namespaced(client.clone(), namespace);
+        let found = nodes
+            .get_opt(node)
+            .await
+            .with_context(|| format!("reading ValkeyNode {node}"))?
+            .with_context(|| format!("ValkeyNode {node} not found in namespace {namespace}"))?;
+        let of_shard = found.labels().get(SHARD_INDEX).map(String::as_str);
+        let of_cluster = found.labels().get(CLUSTER_LABEL).map(String::as_str);
+        if of_cluster != Some(cluster) || of_shard != Some(shard.to_string().as_str()) {
+            bail!("valkeynode/{node} is not a node of shard {shard} of valkeycluster/{cluster}");
+        }
+    }
+    let request = SwitchoverRequest {
+        shard,
+        to: to.clone(),
+        requested_at: Some(Timestamp::now().to_string()),
+    };
+    let value = serde_json::to_string(&request).context("writing the request")?;
+    annotate(&clusters, cluster, SWITCHOVER, Some(&value)).await?;
+    let onto = to.unwrap_or_else(|| "its most caught-up synced replica".to_string());
+    Ok(format!(
+        "valkeycluster/{cluster}: switchover of shard {shard} onto {onto} asked; one clean \
+         failover once the replica is synced (kubectl valkey status {cluster} -n {namespace})\n"
     ))
 }
 

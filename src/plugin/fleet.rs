@@ -183,6 +183,7 @@ pub fn render(views: &[ConfigView]) -> String {
             "HELD",
             "ROLLOUT",
             "PAUSED",
+            "NEXT-WINDOW",
         ]
         .map(String::from);
         let row = [
@@ -197,6 +198,7 @@ pub fn render(views: &[ConfigView]) -> String {
             status.held.to_string(),
             status.rollout.clone().unwrap_or_else(|| "-".into()),
             view.paused.to_string(),
+            status.next_window.clone().unwrap_or_else(|| "-".into()),
         ];
         out.push_str(&table(&[header, row]));
         let mut rows = vec![

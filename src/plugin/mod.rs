@@ -77,6 +77,17 @@ pub enum Verb {
     /// Replace one node: a new one joins its shard, then it is retired (a primary hands its
     /// shard over first).
     Replace { node: String },
+    /// Hand one shard's primary role to a synced replica, once: the one named, or the most
+    /// caught-up (up-to-date ones first). Also how a supervised roll's primary is failed over.
+    Switchover {
+        cluster: String,
+        /// The shard (its index, `valkey.gomomento.com/shard-index`).
+        #[arg(long)]
+        shard: u32,
+        /// The replica's ValkeyNode to promote.
+        #[arg(long)]
+        to: Option<String>,
+    },
     /// Rotate both of the operator's passwords of a cluster, without a restart.
     RotateCredentials { cluster: String },
     /// Write a support bundle of a cluster into a folder: its objects, events, the operator's
@@ -109,6 +120,9 @@ pub async fn run(cli: PluginCli) -> anyhow::Result<()> {
         Verb::Hold { cluster, duration } => annotate::hold(&client, ns, &cluster, duration).await?,
         Verb::Release { cluster } => annotate::release(&client, ns, &cluster).await?,
         Verb::Replace { node } => annotate::replace(&client, ns, &node).await?,
+        Verb::Switchover { cluster, shard, to } => {
+            annotate::switchover(&client, ns, &cluster, shard, to).await?
+        }
         Verb::RotateCredentials { cluster } => {
             annotate::rotate_credentials(&client, ns, &cluster).await?
         }

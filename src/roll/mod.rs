@@ -28,8 +28,8 @@ pub mod rules;
 pub mod slots;
 
 pub use model::{
-    DesiredShape, Lifecycle, MAX_FAILOVER_ATTEMPTS, ObservedNode, ReplicaSync, Role, RollMemory,
-    SlotRange, Step, StepWords, UnfinishedMove,
+    DesiredShape, Lifecycle, MAX_FAILOVER_ATTEMPTS, ObservedNode, PrimaryUpdate, ReplicaSync, Role,
+    RollMemory, SlotRange, Step, StepWords, Switchover, UnfinishedMove,
 };
-pub use reasons::{JoinBlocker, StallReason, WaitReason};
+pub use reasons::{JoinBlocker, StallReason, SwitchoverBlocker, WaitReason};
 pub use rules::plan;

@@ -24,6 +24,31 @@ pub struct DesiredShape {
     /// replaced (e.g. the engine version, or a hash of the effective image and
     /// restart-requiring settings). Nodes whose `revision` differs are "outdated".
     pub revision: String,
+    /// A switchover a person asked for, if any (carried out once: see [`RollMemory`]).
+    pub switchover: Option<Switchover>,
+    /// Who decides the failover of an outdated primary in a roll.
+    pub primary_update: PrimaryUpdate,
+}
+
+/// A switchover a person asked for: `shard`'s primary role handed to `to`, or to its most
+/// caught-up synced replica (up-to-date ones first). `id` tells one request from the next (the
+/// request as written): the roll memory records the last one carried out, so each is carried out
+/// once, and asking again means writing a new one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Switchover {
+    pub id: String,
+    pub shard: u32,
+    pub to: Option<String>,
+}
+
+/// Who decides the failover of an outdated primary in a roll.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PrimaryUpdate {
+    /// The roll fails the primary over itself, once its shard has an up-to-date synced replica.
+    #[default]
+    Automatic,
+    /// The roll surges the shard's up-to-date replicas, then waits for a person's switchover.
+    Supervised,
 }
 
 /// A node's role in replication, as the node itself reports it (`INFO replication` `role:`),
@@ -198,9 +223,17 @@ pub struct RollMemory {
     /// by the caller (the controller in memory, for a while: not persisted), so that a revision
     /// whose nodes always die stalls instead of being replaced without end.
     pub lost_joins: u32,
+    /// The last switchover a person asked for that was carried out ([`Switchover::id`]),
+    /// recorded before it is issued, so it is never issued twice.
+    pub switchover_done: Option<String>,
 }
 
 impl RollMemory {
+    /// Whether the switchover `request` is still to be carried out.
+    pub fn switchover_pending(&self, request: &Switchover) -> bool {
+        self.switchover_done.as_deref() != Some(request.id.as_str())
+    }
+
     /// Whether `shard`'s failover was issued in the roll towards `revision`.
     pub fn has_failed_over(&self, revision: &str, shard: u32) -> bool {
         self.attempts(revision, shard) > 0
@@ -277,6 +310,15 @@ pub enum Step {
         shard: u32,
         from: String,
         to: String,
+    },
+    /// Promote `to` in place of `from` because a person asked for it ([`Switchover`]), exactly
+    /// as [`Step::Failover`] does. The request is recorded in [`RollMemory`] before the failover
+    /// is issued: each is carried out once.
+    Switchover {
+        shard: u32,
+        from: String,
+        to: String,
+        request: String,
     },
     /// Promote `to`, a replica of `from`, which is dead: its server stopped for good, or has
     /// not answered for long (`CLUSTER FAILOVER TAKEOVER`: no agreement of the other primaries
@@ -376,6 +418,7 @@ impl Step {
             Step::AssignSlots { .. } => "AssignSlots",
             Step::Failover { .. } => "Failover",
             Step::HandOver { .. } => "HandOver",
+            Step::Switchover { .. } => "Switchover",
             Step::TakeOver { .. } => "TakeOver",
             Step::MigrateSlots { .. } => "MigrateSlots",
             Step::RetireNode { .. } => "RetireNode",
@@ -393,6 +436,7 @@ impl Step {
             | Step::Activate { shard, .. }
             | Step::Failover { shard, .. }
             | Step::HandOver { shard, .. }
+            | Step::Switchover { shard, .. }
             | Step::TakeOver { shard, .. }
             | Step::RetireNode { shard, .. } => Some(*shard),
             Step::MigrateSlots { to_shard, .. } => Some(*to_shard),
@@ -430,6 +474,12 @@ impl fmt::Display for Step {
             Step::HandOver { shard, from, to } => write!(
                 f,
                 "hand shard {shard} over from {from} to {to}: the Pod of {from} is being evicted"
+            ),
+            Step::Switchover {
+                shard, from, to, ..
+            } => write!(
+                f,
+                "switch shard {shard} over from {from} to {to}, as a person asked"
             ),
             Step::TakeOver { shard, from, to } => write!(
                 f,

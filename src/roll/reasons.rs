@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use crate::api::annotations::RETRY_FAILOVERS;
+use crate::api::annotations::{RETRY_FAILOVERS, SWITCHOVER};
 
 /// Why a `Joining` node is not yet a ready member of its shard.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -98,6 +98,18 @@ pub enum WaitReason {
         shard: u32,
         heir: String,
     },
+    /// A switchover a person asked for cannot be carried out yet, for `blocker`.
+    Switchover {
+        shard: u32,
+        blocker: SwitchoverBlocker,
+    },
+    /// The primary update is supervised: shard `shard`'s up-to-date replica `target` is ready,
+    /// and the roll waits for a person's switchover before its primary is failed over.
+    SupervisedFailover {
+        shard: u32,
+        primary: String,
+        target: String,
+    },
     /// The fleet rollout the cluster belongs to does not let it move on yet (a cap, a wave, a pause
     /// or a halt): see [`crate::fleet::rollout`]. Not a planner's answer: the controller's gate
     /// puts it in place of a roll step.
@@ -111,7 +123,9 @@ impl WaitReason {
             WaitReason::Joining { shard, .. }
             | WaitReason::ValkeyFailover { shard, .. }
             | WaitReason::FailoverTargetSyncing { shard, .. }
-            | WaitReason::HeirUnreachable { shard, .. } => Some(*shard),
+            | WaitReason::HeirUnreachable { shard, .. }
+            | WaitReason::Switchover { shard, .. }
+            | WaitReason::SupervisedFailover { shard, .. } => Some(*shard),
             WaitReason::SlotMigration { .. }
             | WaitReason::ClusterNotOk { .. }
             | WaitReason::Rollout(_) => None,
@@ -127,6 +141,8 @@ impl WaitReason {
             WaitReason::ClusterNotOk { .. } => "ClusterNotOk",
             WaitReason::FailoverTargetSyncing { .. } => "FailoverTargetSyncing",
             WaitReason::HeirUnreachable { .. } => "HeirUnreachable",
+            WaitReason::Switchover { .. } => "SwitchoverBlocked",
+            WaitReason::SupervisedFailover { .. } => "SupervisedFailover",
             WaitReason::Rollout(why) => why.kind(),
         }
     }
@@ -159,7 +175,55 @@ impl fmt::Display for WaitReason {
                 "{node}, primary of shard {shard}, is dead and its replica {heir} does not \
                  answer right now: waiting for it before choosing who takes the shard over"
             ),
+            WaitReason::Switchover { shard, blocker } => write!(
+                f,
+                "the switchover of shard {shard} asked for ({SWITCHOVER}) waits: {blocker}"
+            ),
+            WaitReason::SupervisedFailover {
+                shard,
+                primary,
+                target,
+            } => write!(
+                f,
+                "the primary update is supervised: shard {shard}'s replica {target} is up to \
+                 date and synced, and {primary} fails over once a person asks (kubectl valkey \
+                 switchover <cluster> --shard {shard}, or the {SWITCHOVER} annotation)"
+            ),
             WaitReason::Rollout(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+/// Why a switchover a person asked for is not carried out yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SwitchoverBlocker {
+    /// The shard asked for is not one of the cluster's.
+    NoSuchShard,
+    /// The shard has no live primary to switch over from.
+    NoPrimary,
+    /// The node asked for is not a live, active replica of the shard.
+    NotAReplica { node: String },
+    /// No replica of the shard (or not the one asked for) is synced yet.
+    NotSynced { node: Option<String> },
+}
+
+impl fmt::Display for SwitchoverBlocker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SwitchoverBlocker::NoSuchShard => {
+                f.write_str("the cluster has no such shard; fix or remove the annotation")
+            }
+            SwitchoverBlocker::NoPrimary => f.write_str("the shard has no live primary"),
+            SwitchoverBlocker::NotAReplica { node } => write!(
+                f,
+                "{node} is not a live replica of the shard; fix or remove the annotation"
+            ),
+            SwitchoverBlocker::NotSynced { node: Some(node) } => {
+                write!(f, "{node} is not synced with its primary yet")
+            }
+            SwitchoverBlocker::NotSynced { node: None } => {
+                f.write_str("no replica of the shard is synced with its primary yet")
+            }
         }
     }
 }

@@ -27,14 +27,17 @@
 //! 8. A primary whose Pod is being evicted, or whose ValkeyNode was deleted by hand, hands its
 //!    shard over to its most caught-up synced replica (up-to-date ones first; never one that is
 //!    itself leaving). A node being evicted or deleted by hand counts as outdated from then on
-//!    (rule 9 replaces it before retiring it).
+//!    (rule 9 replaces it before retiring it). Then a switchover a person asked for, once: the
+//!    shard's primary hands over to the replica named, or to its most caught-up synced replica
+//!    (up-to-date ones first); while that cannot be done, the cluster waits and says why.
 //! 9. Replicas, one shard at a time (a shard already being rolled goes first), replacing before
 //!    retiring, exactly as the upgrade guide describes:
 //!    join an up-to-date replica while the shard is at or below its target and something is
 //!    outdated (or it is below target); retire the dead, then outdated replicas, only while
 //!    the shard stays at or above target; if the primary is outdated, one clean failover per
-//!    roll onto the most caught-up synced up-to-date replica; retire excess replicas (scale
-//!    down) only once the primary is up to date.
+//!    roll onto the most caught-up synced up-to-date replica (with a supervised primary update,
+//!    it waits there for a person's switchover, rule 8); retire excess replicas (scale down)
+//!    only once the primary is up to date.
 //! 10. Slots are balanced: shards being removed are drained first, a target must see the
 //!     topology (rule 7) before slots move to it.
 //! 11. Drained shards beyond the desired count are retired, replicas first, then the primary.
@@ -45,8 +48,10 @@
 
 use std::collections::BTreeSet;
 
-use super::model::{DesiredShape, Lifecycle, MAX_LOST_JOINS, ObservedNode, Role, RollMemory, Step};
-use super::reasons::{JoinBlocker, StallReason, WaitReason};
+use super::model::{
+    DesiredShape, Lifecycle, MAX_LOST_JOINS, ObservedNode, PrimaryUpdate, Role, RollMemory, Step,
+};
+use super::reasons::{JoinBlocker, StallReason, SwitchoverBlocker, WaitReason};
 use super::slots::{
     SLOT_COUNT, bootstrap_range, coverage, take_highest, target_count, uncovered_parts,
 };
@@ -67,6 +72,7 @@ pub fn plan(desired: &DesiredShape, nodes: &[ObservedNode], memory: &RollMemory)
         .or_else(|| unassigned_slots(&view))
         .or_else(|| unsettled_cluster(&view))
         .or_else(|| handovers(&view))
+        .or_else(|| requested_switchover(&view, memory))
         .or_else(|| shard_replicas(&view, memory))
         .or_else(|| slot_balance(&view))
         .or_else(|| removed_shards(&view))
@@ -456,6 +462,58 @@ fn handovers(view: &View) -> Option<Step> {
         })
 }
 
+/// Rule 8, second part: the switchover a person asked for, once (see [`super::model::Switchover`]).
+fn requested_switchover(view: &View, memory: &RollMemory) -> Option<Step> {
+    let request = view
+        .desired
+        .switchover
+        .as_ref()
+        .filter(|request| memory.switchover_pending(request))?;
+    let shard = request.shard;
+    let blocked = |blocker| Step::Wait {
+        reason: WaitReason::Switchover { shard, blocker },
+    };
+    if shard >= view.desired.shards {
+        return Some(blocked(SwitchoverBlocker::NoSuchShard));
+    }
+    let Some(primary) = view.primary(shard) else {
+        return Some(blocked(SwitchoverBlocker::NoPrimary));
+    };
+    let candidates: Vec<&ObservedNode> = view
+        .replicas(shard)
+        .into_iter()
+        .filter(|n| !n.handover_requested && !n.leaving)
+        .collect();
+    let synced = |n: &&ObservedNode| n.sync.is_some_and(|s| s.is_synced());
+    let target = match &request.to {
+        Some(named) => {
+            let Some(node) = candidates.iter().find(|n| n.name == *named) else {
+                let node = named.clone();
+                return Some(blocked(SwitchoverBlocker::NotAReplica { node }));
+            };
+            Some(*node).filter(synced).ok_or(Some(named.clone()))
+        }
+        None => candidates
+            .iter()
+            .copied()
+            .filter(synced)
+            .max_by(|a, b| {
+                let rank = |n: &ObservedNode| (n.is_up_to_date(view.desired), replica_offset(n));
+                rank(a).cmp(&rank(b)).then_with(|| b.name.cmp(&a.name))
+            })
+            .ok_or(None),
+    };
+    match target {
+        Ok(target) => Some(Step::Switchover {
+            shard,
+            from: primary.name.clone(),
+            to: target.name.clone(),
+            request: request.id.clone(),
+        }),
+        Err(node) => Some(blocked(SwitchoverBlocker::NotSynced { node })),
+    }
+}
+
 /// Rule 9: replicas and the roll itself, strictly one shard at a time.
 fn shard_replicas(view: &View, memory: &RollMemory) -> Option<Step> {
     let mut order: Vec<u32> = (0..view.desired.shards).collect();
@@ -561,6 +619,15 @@ fn failover_step(
                 .then_with(|| b.name.cmp(&a.name))
         });
     if let Some(target) = best_synced {
+        if desired.primary_update == PrimaryUpdate::Supervised {
+            return Some(Step::Wait {
+                reason: WaitReason::SupervisedFailover {
+                    shard,
+                    primary: primary.name.clone(),
+                    target: target.name.clone(),
+                },
+            });
+        }
         return Some(Step::Failover {
             shard,
             from: primary.name.clone(),

@@ -13,6 +13,8 @@ fn shape(shards: u32, replicas_per_shard: u32, revision: &str) -> DesiredShape {
         shards,
         replicas_per_shard,
         revision: revision.into(),
+        switchover: None,
+        primary_update: Default::default(),
     }
 }
 
@@ -727,4 +729,118 @@ fn a_new_joiner_that_died_is_replaced_at_once_but_not_without_end() {
         matches!(&step, Step::RetireNode { node, .. } if node == "j0"),
         "{step}"
     );
+}
+
+fn switchover(id: &str, shard: u32, to: Option<&str>) -> Option<crate::roll::model::Switchover> {
+    Some(crate::roll::model::Switchover {
+        id: id.into(),
+        shard,
+        to: to.map(Into::into),
+    })
+}
+
+#[test]
+fn a_switchover_asked_for_goes_once_to_the_replica_named_or_the_best_synced_one() {
+    let mut nodes = one_shard();
+    let mut behind = replica("r1", 0);
+    behind.sync = Some(synced(50));
+    nodes.push(behind);
+    let mut desired = shape(1, 2, OLD);
+    let mut memory = RollMemory::default();
+    assert_eq!(plan(&desired, &nodes, &memory), Step::Converged);
+    desired.switchover = switchover("a", 0, None);
+    let to_best = Step::Switchover {
+        shard: 0,
+        from: "p0".into(),
+        to: "r0".into(),
+        request: "a".into(),
+    };
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        to_best,
+        "the most caught-up"
+    );
+    desired.switchover = switchover("b", 0, Some("r1"));
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        Step::Switchover {
+            shard: 0,
+            from: "p0".into(),
+            to: "r1".into(),
+            request: "b".into(),
+        },
+        "the one named, once synced"
+    );
+    memory.switchover_done = Some("b".into());
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        Step::Converged,
+        "carried out once: the same request again does nothing"
+    );
+    let blocked = |desired: &DesiredShape, nodes: &[ObservedNode]| match plan(
+        desired,
+        nodes,
+        &RollMemory::default(),
+    ) {
+        Step::Wait {
+            reason: WaitReason::Switchover { blocker, .. },
+        } => blocker,
+        other => panic!("expected a blocked switchover, got {other}"),
+    };
+    desired.switchover = switchover("c", 0, Some("p0"));
+    assert_eq!(
+        blocked(&desired, &nodes),
+        SwitchoverBlocker::NotAReplica { node: "p0".into() }
+    );
+    desired.switchover = switchover("d", 3, None);
+    assert_eq!(blocked(&desired, &nodes), SwitchoverBlocker::NoSuchShard);
+    nodes[2].sync = Some(ReplicaSync {
+        link_up: false,
+        ..synced(50)
+    });
+    desired.switchover = switchover("e", 0, Some("r1"));
+    assert_eq!(
+        blocked(&desired, &nodes),
+        SwitchoverBlocker::NotSynced {
+            node: Some("r1".into())
+        }
+    );
+}
+
+#[test]
+fn a_supervised_roll_surges_the_replicas_then_waits_for_a_switchover() {
+    let mut nodes = one_shard();
+    let mut fresh = replica("r1", 0);
+    fresh.revision = NEW.into();
+    nodes.push(fresh);
+    nodes.remove(1);
+    let mut desired = shape(1, 1, NEW);
+    desired.primary_update = crate::roll::model::PrimaryUpdate::Supervised;
+    let memory = RollMemory::default();
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        Step::Wait {
+            reason: WaitReason::SupervisedFailover {
+                shard: 0,
+                primary: "p0".into(),
+                target: "r1".into(),
+            }
+        }
+    );
+    desired.switchover = switchover("go", 0, None);
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        Step::Switchover {
+            shard: 0,
+            from: "p0".into(),
+            to: "r1".into(),
+            request: "go".into(),
+        }
+    );
+    desired.primary_update = crate::roll::model::PrimaryUpdate::Automatic;
+    desired.switchover = None;
+    assert!(matches!(
+        plan(&desired, &nodes, &memory),
+        Step::Failover { .. }
+    ));
 }

@@ -122,6 +122,8 @@ mod tests {
             shards: 1,
             replicas_per_shard: 1,
             revision: revision.into(),
+            switchover: None,
+            primary_update: Default::default(),
         };
         let start = Instant::now();
         let count = |revision: &str, nodes: &[ObservedNode], at: Duration| {

@@ -240,6 +240,8 @@ mod tests {
             shards: 1,
             replicas_per_shard: 0,
             revision: "r1".into(),
+            switchover: None,
+            primary_update: Default::default(),
         };
         let reach = Reach::plain(std::time::Duration::from_secs(1));
         assert!(settled.view(&key).is_none(), "never settled");
@@ -267,6 +269,8 @@ mod tests {
             shards: 1,
             replicas_per_shard: 0,
             revision: "r1".into(),
+            switchover: None,
+            primary_update: Default::default(),
         };
         let reach = Reach::plain(std::time::Duration::from_secs(1));
         let settle =

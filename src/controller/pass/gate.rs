@@ -12,8 +12,9 @@ use kube::ResourceExt;
 use crate::api::annotations::ROLLOUT_WAVE;
 use crate::api::{Hold, ValkeyCluster};
 use crate::controller::memory::rollouts::Rollouts;
-use crate::fleet::resolve::{self, Catalog, EffectiveConfig};
+use crate::fleet::resolve::{self, EffectiveConfig};
 use crate::fleet::rollout::{Asking, Policy, Progress, Standing, Verdict, WaitFor, Wave, wave_of};
+use crate::fleet::window::Windows;
 use crate::fleet::{ClusterKey, Fleet};
 use crate::roll::{DesiredShape, Lifecycle, ObservedNode, Role, StallReason, Step, WaitReason};
 use crate::valkey::setting_impact::needs_restart;
@@ -43,12 +44,10 @@ pub fn gated(
     {
         standing.progress = Progress::Held;
         rollouts.record(&key, standing);
-        let until = match hold {
-            Hold::Until(until) => Some(until.to_string()),
-            Hold::UntilReleased => None,
-        };
         return Step::Wait {
-            reason: WaitReason::Rollout(WaitFor::Held { until }),
+            reason: WaitReason::Rollout(WaitFor::Held {
+                until: hold_until(hold),
+            }),
         };
     }
     // Nodes that refuse the operator's login (its Secret or its users changed by hand): the
@@ -88,7 +87,8 @@ pub fn gated(
         learning: rollouts.learning(),
         key: &key,
         standing: &standing,
-        policy,
+        policy: policy.as_ref(),
+        now: Timestamp::now(),
         paused: effective.chain.0.iter().any(|name| fleet.is_paused(name)),
         started,
         mid_shard: mid_shard(observed, desired),
@@ -101,6 +101,14 @@ pub fn gated(
     }
 }
 
+/// When a hold ends, if it has a time.
+fn hold_until(hold: Hold) -> Option<String> {
+    match hold {
+        Hold::Until(until) => Some(until.to_string()),
+        Hold::UntilReleased => None,
+    }
+}
+
 /// The cluster's rollout policy, and its standing before the gate (up to date until it says
 /// more), whose `group` is the nearest config of its chain with a rollout.
 fn standing_of(
@@ -110,14 +118,11 @@ fn standing_of(
     effective: &EffectiveConfig,
 ) -> (Option<Policy>, Standing) {
     let chain = &effective.chain.0;
-    let group = chain
-        .iter()
-        .find(|name| fleet.config(name).is_some_and(|c| c.rollout.is_some()));
-    let group_policy = group
-        .and_then(|name| fleet.config(name))
-        .and_then(|config| config.rollout.as_ref());
+    let (group, group_policy) = fleet.rollout_group(chain).unzip();
     let policy = group_policy.map(|rollout| Policy {
         max_concurrent: rollout.max_concurrent,
+        // A start that is not HH:MM never gets past admission and the CRD's pattern.
+        windows: Windows::of(&rollout.maintenance_windows).unwrap_or_default(),
     });
     let annotation = cluster.annotations().get(ROLLOUT_WAVE).map(String::as_str);
     // The group's own resolution, so every member of a change compares alike whatever its

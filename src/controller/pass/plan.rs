@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::acl::AclError;
 use crate::acl::{self};
 use crate::api::annotations::RETRY_FAILOVERS;
-use crate::api::{AclUser, ValkeyCluster};
+use crate::api::{AclUser, PrimaryUpdatePolicy, ValkeyCluster};
 use crate::controller::error::Error;
 use crate::controller::events::{ClusterEvent, publish};
 use crate::controller::host::KubeHost;
@@ -27,7 +27,7 @@ use crate::credentials::SystemUsers;
 use crate::execute::NodeHost;
 use crate::execute::acl::DesiredAcl;
 use crate::fleet::Fleet;
-use crate::roll::{DesiredShape, ObservedNode, RollMemory, Step};
+use crate::roll::{DesiredShape, ObservedNode, PrimaryUpdate, RollMemory, Step, Switchover};
 
 /// What the pass decided, and from what: the nodes as observed, the shape wanted, the roll's
 /// memory, the step, the users.
@@ -50,7 +50,10 @@ pub async fn plan(
     seen: &Seen,
 ) -> Result<Planned, Halt> {
     let (ctx, cluster) = (pass.ctx, pass.cluster);
-    let desired = desired_shape(cluster, render);
+    let desired = {
+        let fleet = ctx.fleet.read().unwrap_or_else(|p| p.into_inner());
+        desired_shape(cluster, render, &fleet)
+    };
     let mut memory = memory_of(&pass.stored.status);
     let lost_joins = &ctx.memory.lost_joins;
     memory.lost_joins = lost_joins.count(&pass.key, &desired, &observed);
@@ -85,11 +88,42 @@ pub async fn plan(
     })
 }
 
-fn desired_shape(cluster: &ValkeyCluster, render: &ClusterRender<'_>) -> DesiredShape {
+/// The shape the spec asks for, with a person's switchover request and who fails a roll's
+/// primaries over (the rollout group's policy).
+fn desired_shape(
+    cluster: &ValkeyCluster,
+    render: &ClusterRender<'_>,
+    fleet: &Fleet,
+) -> DesiredShape {
+    let supervised = fleet
+        .rollout_group(&render.effective.chain.0)
+        .is_some_and(|(_, policy)| policy.primary_update == PrimaryUpdatePolicy::Supervised);
     DesiredShape {
         shards: u32::try_from(cluster.spec.shards).unwrap_or(1),
         replicas_per_shard: u32::try_from(cluster.spec.replicas_per_shard).unwrap_or(0),
         revision: render.revision(),
+        switchover: switchover_request(cluster),
+        primary_update: if supervised {
+            PrimaryUpdate::Supervised
+        } else {
+            PrimaryUpdate::Automatic
+        },
+    }
+}
+
+/// The switchover a person asked for, if the annotation holds one (admission refuses one that
+/// does not; one from before is ignored, and said so in the log).
+fn switchover_request(cluster: &ValkeyCluster) -> Option<Switchover> {
+    match cluster.switchover_request()? {
+        Ok((request, id)) => Some(Switchover {
+            id: id.to_owned(),
+            shard: request.shard,
+            to: request.to,
+        }),
+        Err(problem) => {
+            tracing::warn!(cluster = %cluster.name_any(), %problem, "switchover request ignored");
+            None
+        }
     }
 }
 

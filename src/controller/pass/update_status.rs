@@ -28,7 +28,8 @@ use crate::controller::status::{
 };
 use crate::execute::Outcome;
 use crate::fleet::ClusterKey;
-use crate::roll::{JoinBlocker, Step, WaitReason};
+use crate::fleet::rollout::WaitFor;
+use crate::roll::{JoinBlocker, Step, SwitchoverBlocker, WaitReason};
 use crate::words::first_of;
 
 /// Writes what the pass found, settles a converged cluster, and says when to come back.
@@ -141,8 +142,21 @@ pub fn requeue_after(step: &Step, stalled_for: Duration) -> Action {
         Step::Stalled { .. } => (stalled_for / 4).clamp(STALL_RECHECK_FIRST, STALL_RECHECK_MAX),
         // Its place comes when another cluster of its group finishes or recovers, which wakes
         // it (`Rollouts::take_wakes`); the requeue only covers a new leader still learning.
+        // Until the window opens, at most: a cluster waits for no event then.
+        Step::Wait {
+            reason: WaitReason::Rollout(WaitFor::OutsideWindow { opens }),
+        } => until(*opens).clamp(Duration::from_secs(1), Duration::from_secs(30)),
         Step::Wait {
             reason: WaitReason::Rollout(_),
+        } => Duration::from_secs(30),
+        // A person's switchover (an annotation, which wakes the cluster) is what it waits for.
+        Step::Wait {
+            reason:
+                WaitReason::SupervisedFailover { .. }
+                | WaitReason::Switchover {
+                    blocker: SwitchoverBlocker::NoSuchShard | SwitchoverBlocker::NotAReplica { .. },
+                    ..
+                },
         } => Duration::from_secs(30),
         // A node whose server does not answer yet: its Pod turning ready wakes the cluster
         // (the Pod watch).
@@ -156,6 +170,14 @@ pub fn requeue_after(step: &Step, stalled_for: Duration) -> Action {
         Step::Wait { .. } => Duration::from_secs(1),
         _ => Duration::from_millis(200),
     })
+}
+
+/// How long from now until `at` (zero once it has passed).
+fn until(at: Timestamp) -> Duration {
+    let left = at
+        .as_millisecond()
+        .saturating_sub(Timestamp::now().as_millisecond());
+    Duration::from_millis(u64::try_from(left).unwrap_or(0))
 }
 
 /// The stored status with `Degraded=True` for `reason`.

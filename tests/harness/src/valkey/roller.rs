@@ -15,6 +15,8 @@ pub fn shape(shards: u32, replicas: u32, revision: &str) -> DesiredShape {
         shards,
         replicas_per_shard: replicas,
         revision: revision.into(),
+        switchover: None,
+        primary_update: Default::default(),
     }
 }
 
