@@ -161,7 +161,8 @@ async fn the_plugin_shows_holds_replaces_and_reports_by_name() {
         Duration::from_secs(30),
         async || {
             let view = fleet_json(&product);
-            (view["status"]["held"] == 1 && standing_of(&view, "beta") == "held").then_some(view)
+            let counted = view["status"]["held"] == 1 && view["status"]["upToDate"] == 1;
+            (counted && standing_of(&view, "beta") == "held").then_some(view)
         },
     )
     .await;

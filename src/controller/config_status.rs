@@ -44,36 +44,7 @@ pub async fn write_fleet_status(
         let learning = rollouts.learning();
         let wanted = {
             let fleet = fleet.read().unwrap_or_else(|p| p.into_inner());
-            rollouts.keep_only(|key| fleet.cluster_config_ref(key).is_some());
-            let standings = rollouts.snapshot();
-            let (config_tallies, image_tallies) = tallies(&standings);
-            let known = |name: &str| {
-                !learning
-                    || fleet
-                        .clusters_resolving_through(name)
-                        .iter()
-                        .all(|key| standings.contains_key(key))
-            };
-            let paused = |name: &str| {
-                let chain = resolve::chain_of(name, &*fleet).unwrap_or_default();
-                chain.iter().any(|(config, _)| fleet.is_paused(config))
-            };
-            let before = |key: &(bool, String)| written.get(key);
-            let now = Timestamp::now();
-            let configs = fleet.config_names().filter(|name| known(name)).map(|name| {
-                let tally = config_tallies.get(name).copied().unwrap_or_default();
-                let key = (true, name.clone());
-                let mut status = status(tally, paused(name), before(&key));
-                status.next_window = next_window(&fleet, name, now);
-                (key, status)
-            });
-            let images = fleet.image_names().filter(|_| !learning).map(|name| {
-                let tally = image_tallies.get(name).copied().unwrap_or_default();
-                let key = (false, name.clone());
-                let status = status(tally, false, before(&key));
-                (key, status)
-            });
-            configs.chain(images).collect::<Vec<_>>()
+            wanted_statuses(&fleet, &rollouts, &written, learning)
         };
         if !learning {
             written.retain(|key, _| wanted.iter().any(|(wanted, _)| wanted == key));
@@ -114,6 +85,46 @@ pub async fn write_fleet_status(
             }
         }
     }
+}
+
+/// Every config's and image's status as it should read now (see [`write_fleet_status`] for
+/// what a learning leader leaves out), given what was `written` last.
+fn wanted_statuses(
+    fleet: &Fleet,
+    rollouts: &Rollouts,
+    written: &HashMap<(bool, String), FleetStatus>,
+    learning: bool,
+) -> Vec<((bool, String), FleetStatus)> {
+    rollouts.keep_only(|key| fleet.cluster_config_ref(key).is_some());
+    let standings = rollouts.snapshot();
+    let (config_tallies, image_tallies) = tallies(&standings);
+    let known = |name: &str| {
+        !learning
+            || fleet
+                .clusters_resolving_through(name)
+                .iter()
+                .all(|key| standings.contains_key(key))
+    };
+    let paused = |name: &str| {
+        let chain = resolve::chain_of(name, fleet).unwrap_or_default();
+        chain.iter().any(|(config, _)| fleet.is_paused(config))
+    };
+    let before = |key: &(bool, String)| written.get(key);
+    let now = Timestamp::now();
+    let configs = fleet.config_names().filter(|name| known(name)).map(|name| {
+        let tally = config_tallies.get(name).copied().unwrap_or_default();
+        let key = (true, name.clone());
+        let mut status = status(tally, paused(name), before(&key));
+        status.next_window = next_window(fleet, name, now);
+        (key, status)
+    });
+    let images = fleet.image_names().filter(|_| !learning).map(|name| {
+        let tally = image_tallies.get(name).copied().unwrap_or_default();
+        let key = (false, name.clone());
+        let status = status(tally, false, before(&key));
+        (key, status)
+    });
+    configs.chain(images).collect()
 }
 
 /// The status for `tally`, its `Halted` condition carried on from `before` (the status last
