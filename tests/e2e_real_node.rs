@@ -56,7 +56,9 @@ spec: {{configRef: standard, shards: {shards}, replicasPerShard: 1}}
     )
 }
 
-/// A bare Pod of the Valkey image, as the operator's would start.
+/// A bare Pod of the Valkey image, as the operator's would start. On the test kubelet (the
+/// host's network) it binds every address, so it listens on a port no other Valkey of the
+/// suite uses: tests run two at a time, and 6379 is taken on some loopback address then.
 const PROBE_POD: &str = r#"
 apiVersion: v1
 kind: Namespace
@@ -72,8 +74,8 @@ spec:
   containers:
   - name: valkey
     image: valkey/valkey:9.0.0
-    command: [valkey-server, --save, ""]
-    readinessProbe: {tcpSocket: {port: 6379}, periodSeconds: 1}
+    command: [valkey-server, --save, "", --port, "6999"]
+    readinessProbe: {tcpSocket: {port: 6999}, periodSeconds: 1}
 "#;
 
 /// From `kubectl apply` of a bare Valkey Pod to its `Ready` condition.
