@@ -117,6 +117,28 @@ impl<'a> View<'a> {
             .collect()
     }
 
+    /// Live, active replicas of a shard that are not leaving themselves: the ones a primary's
+    /// role may be handed to.
+    fn staying_replicas(&self, shard: u32) -> Vec<&'a ObservedNode> {
+        self.replicas(shard)
+            .into_iter()
+            .filter(|n| !n.handover_requested && !n.leaving)
+            .collect()
+    }
+
+    /// The synced one of `candidates` a primary's role goes to: up-to-date ones first, then
+    /// the most caught-up, then by name.
+    fn best_heir(&self, candidates: &[&'a ObservedNode]) -> Option<&'a ObservedNode> {
+        candidates
+            .iter()
+            .copied()
+            .filter(|n| n.sync.is_some_and(|s| s.is_synced()))
+            .max_by(|a, b| {
+                let rank = |n: &ObservedNode| (n.is_up_to_date(self.desired), replica_offset(n));
+                rank(a).cmp(&rank(b)).then_with(|| b.name.cmp(&a.name))
+            })
+    }
+
     fn owned_slots(&self) -> u32 {
         self.nodes.iter().map(|n| n.slot_count()).sum()
     }
@@ -444,16 +466,7 @@ fn handovers(view: &View) -> Option<Step> {
         .iter()
         .filter(|n| (n.handover_requested || n.leaving) && n.reachable && n.role == Role::Primary)
         .find_map(|leaving| {
-            let target = view
-                .replicas(leaving.shard)
-                .into_iter()
-                .filter(|n| !n.handover_requested && !n.leaving)
-                .filter(|n| n.sync.is_some_and(|s| s.is_synced()))
-                .max_by(|a, b| {
-                    let rank =
-                        |n: &ObservedNode| (n.is_up_to_date(view.desired), replica_offset(n));
-                    rank(a).cmp(&rank(b)).then_with(|| b.name.cmp(&a.name))
-                })?;
+            let target = view.best_heir(&view.staying_replicas(leaving.shard))?;
             Some(Step::HandOver {
                 shard: leaving.shard,
                 from: leaving.name.clone(),
@@ -479,29 +492,16 @@ fn requested_switchover(view: &View, memory: &RollMemory) -> Option<Step> {
     let Some(primary) = view.primary(shard) else {
         return Some(blocked(SwitchoverBlocker::NoPrimary));
     };
-    let candidates: Vec<&ObservedNode> = view
-        .replicas(shard)
-        .into_iter()
-        .filter(|n| !n.handover_requested && !n.leaving)
-        .collect();
-    let synced = |n: &&ObservedNode| n.sync.is_some_and(|s| s.is_synced());
+    let candidates = view.staying_replicas(shard);
     let target = match &request.to {
         Some(named) => {
             let Some(node) = candidates.iter().find(|n| n.name == *named) else {
                 let node = named.clone();
                 return Some(blocked(SwitchoverBlocker::NotAReplica { node }));
             };
-            Some(*node).filter(synced).ok_or(Some(named.clone()))
+            view.best_heir(&[node]).ok_or(Some(named.clone()))
         }
-        None => candidates
-            .iter()
-            .copied()
-            .filter(synced)
-            .max_by(|a, b| {
-                let rank = |n: &ObservedNode| (n.is_up_to_date(view.desired), replica_offset(n));
-                rank(a).cmp(&rank(b)).then_with(|| b.name.cmp(&a.name))
-            })
-            .ok_or(None),
+        None => view.best_heir(&candidates).ok_or(None),
     };
     match target {
         Ok(target) => Some(Step::Switchover {

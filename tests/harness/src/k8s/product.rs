@@ -694,12 +694,9 @@ impl ClusterWatch {
         fault: tokio::time::Instant,
         window: Duration,
     ) -> (WatchReport, usize) {
-        self.writer.assert_progressing().await;
-        let log = self.writer.stop().await;
-        let samples = self.sampler.stop().await;
-        let pods_after = product.addresses(&self.namespace, &self.name);
-        let seeds: Vec<String> = pods_after.values().cloned().collect();
-        let cluster = format!("{}/{}", self.namespace, self.name);
+        let report = self.stop(product).await;
+        let seeds: Vec<String> = report.pods_after.values().cloned().collect();
+        let (cluster, log) = (&report.cluster, &report.log);
         let lost = crate::valkey::lost_writes(&seeds, log.acked).await;
         let inside = |index: &&u64| {
             let acked = log.ack_times[usize::try_from(**index).unwrap_or(usize::MAX)];
@@ -714,29 +711,28 @@ impl ClusterWatch {
             log.acked,
             &outside[..outside.len().min(5)]
         );
-        let report = WatchReport {
-            cluster,
-            log,
-            samples,
-            pods_after,
-        };
-        (report, within.len())
+        let within = within.len();
+        (report, within)
     }
 
     /// Stops, and checks that every acknowledged write is readable from the cluster as it is now.
     pub async fn finish(self, product: &Product) -> WatchReport {
+        let report = self.stop(product).await;
+        let seeds: Vec<String> = report.pods_after.values().cloned().collect();
+        assert_no_lost_writes(&seeds, &report.log, &report.cluster).await;
+        report
+    }
+
+    /// Stops writing (still progressing up to then) and sampling; the Pods as they are now.
+    async fn stop(self, product: &Product) -> WatchReport {
         self.writer.assert_progressing().await;
         let log = self.writer.stop().await;
         let samples = self.sampler.stop().await;
-        let pods_after = product.addresses(&self.namespace, &self.name);
-        let seeds: Vec<String> = pods_after.values().cloned().collect();
-        let cluster = format!("{}/{}", self.namespace, self.name);
-        assert_no_lost_writes(&seeds, &log, &cluster).await;
         WatchReport {
-            cluster,
+            cluster: format!("{}/{}", self.namespace, self.name),
             log,
             samples,
-            pods_after,
+            pods_after: product.addresses(&self.namespace, &self.name),
         }
     }
 }
