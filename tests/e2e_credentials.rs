@@ -47,6 +47,16 @@ fn secret(product: &Product) -> Value {
         .unwrap()
 }
 
+/// The Secret, or why it cannot be read yet (deleted, and not recreated yet).
+fn try_secret(product: &Product) -> Result<Value, String> {
+    let name = secret_name(CLUSTER);
+    let args = ["get", "secret", &name, "-n", NAMESPACE, "-o", "json"];
+    match product.try_kubectl(&args, None) {
+        (true, output) => serde_json::from_str(&output).map_err(|e| format!("{e}: {output}")),
+        (false, output) => Err(output),
+    }
+}
+
 /// The Secret's keys, and its operator password.
 fn keys_and_password(secret: &Value) -> (Vec<String>, String) {
     let data = secret["data"].as_object().cloned().unwrap_or_default();
@@ -107,7 +117,7 @@ async fn wait_rotated(product: &Product, old: &str, started: Instant) -> (String
         "the rotation to finish",
         Duration::from_secs(60),
         async || {
-            let secret = secret(product);
+            let secret = try_secret(product)?;
             let (keys, password) = keys_and_password(&secret);
             let annotated = secret["metadata"]["annotations"][ROTATE_CREDENTIALS].is_string();
             let steady = keys == ["auth.conf", "operator-password", "replication-password"];

@@ -675,6 +675,7 @@ impl ClusterWatch {
             writer: Writer::start(seeds.clone()),
             sampler: Sampler::start(seeds),
         };
+        watch.sampler.first_sample(Duration::from_secs(30)).await;
         watch.writer.assert_progressing().await;
         watch
     }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -23,6 +23,8 @@ pub struct Sample {
 /// stops answering or is no longer a slot-owning primary.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
+    /// How many samples it has recorded so far.
+    recorded: Arc<AtomicUsize>,
     task: JoinHandle<Vec<Sample>>,
 }
 
@@ -30,6 +32,8 @@ impl Sampler {
     pub fn start(seeds: Vec<String>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let recorded = Arc::new(AtomicUsize::new(0));
+        let count = recorded.clone();
         let task = tokio::spawn(async move {
             let mut known: Vec<String> = seeds;
             let mut samples = Vec::new();
@@ -66,6 +70,7 @@ impl Sampler {
                             continue 'pass;
                         }
                         samples.push(Sample { at: tick, nodes });
+                        count.store(samples.len(), Ordering::Relaxed);
                         break 'pass;
                     }
                 }
@@ -73,7 +78,24 @@ impl Sampler {
             }
             samples
         });
-        Self { stop, task }
+        Self {
+            stop,
+            recorded,
+            task,
+        }
+    }
+
+    /// Waits for its first sample, so that a change made from now on is seen from before it
+    /// (on a loaded machine the first read can come late).
+    pub async fn first_sample(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.recorded.load(Ordering::Relaxed) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "no CLUSTER NODES sample within {within:?}"
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
     }
 
     pub async fn stop(self) -> Vec<Sample> {
