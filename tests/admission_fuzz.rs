@@ -76,6 +76,17 @@ fn fleet() -> Fleet {
             commands: vec![],
         },
     );
+    // The namespace the cluster reviews are in has a policy, so its rules meet every mutation.
+    fleet.upsert_policy(
+        "team-d-limits",
+        valkey_operator::api::ValkeyNamespacePolicySpec {
+            namespaces: vec!["team-d".into()],
+            allowed_configs: vec!["standard".into(), "large".into()],
+            max_clusters: Some(4),
+            max_shards: Some(64),
+            max_nodes: Some(256),
+        },
+    );
     fleet
 }
 
@@ -1253,6 +1264,7 @@ fn typed_cluster_specs_never_panic_and_out_of_bounds_is_denied() {
                 object: object.as_ref(),
                 old: old.as_ref(),
                 user: Some("tenant"),
+                now: k8s_openapi::jiff::Timestamp::now(),
             };
             let verdict = validate_cluster(&review, &fleet, &policy);
             check_verdict(&verdict)?;
@@ -1424,6 +1436,7 @@ fn review_of<'a, T>(
         object,
         old,
         user: Some("tenant"),
+        now: k8s_openapi::jiff::Timestamp::now(),
     }
 }
 

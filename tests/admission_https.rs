@@ -253,7 +253,7 @@ async fn before_the_caches_sync_it_is_not_ready_and_admits_nothing() {
     assert_eq!(response.status(), 503);
     assert_eq!(
         response.text().await.unwrap(),
-        "waiting for caches to sync: valkeyimages, valkeyconfigs, valkeyroles, valkeyclusters\n"
+        "waiting for caches to sync: valkeyimages, valkeyconfigs, valkeyroles, valkeyclusters, valkeynamespacepolicies\n"
     );
     let image = create_image("valkey-9-1-2", "9.1.2");
     let response = server.review("/validate/valkeyimages", &image).await;

@@ -12,8 +12,8 @@
 //!   rotation;
 //! - `report` writes a bundle with each node's words in it and no secret value anywhere;
 //! - `switchover` of a shard under a stock cluster client: one failover, nothing lost, carried
-//!   out once; a config with a closed maintenance window rolls nothing, shows when the window
-//!   opens, and once it opens a supervised roll surges the replica and waits for a person's
+//!   out once; a config with a closed maintenance window rolls nothing, shows (and admission's
+//!   answer says) when the window opens, and once it opens a supervised roll surges the replica and waits for a person's
 //!   `switchover`, which is the roll's one failover.
 
 use std::time::{Duration, Instant};
@@ -434,11 +434,15 @@ async fn a_switchover_a_maintenance_window_and_a_supervised_roll_by_name() {
     );
     assert!(!ok && refused.contains("expected JSON like"), "{refused}");
 
-    // Outside the window a change rolls nothing.
-    product.patch(
+    // Outside the window a change rolls nothing, and admission says when it will start.
+    let said = product.patch(
         "valkeyconfig/supervised",
         None,
         r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
+    );
+    assert!(
+        said.contains("ValkeyConfig supervised's maintenance windows are closed now: plugin-ops/gamma start rolling when the next opens, at "),
+        "{said}"
     );
     eventually(
         "the roll waits for the window",

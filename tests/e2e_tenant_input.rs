@@ -559,3 +559,190 @@ async fn the_largest_acl_admission_passes_is_written_within_bounded_memory() {
         &["ValkeyRole wide", "ValkeyCluster tenant/widest"],
     );
 }
+
+const POLICY: &str = r#"
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata: {name: large}
+spec: {imageRef: valkey-9-0-0, valkey: {save: ""}}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyNamespacePolicy
+metadata: {name: tenant-limits}
+spec: {namespaces: [tenant], allowedConfigs: [standard], maxClusters: 2, maxShards: 2, maxNodes: 3}
+"#;
+
+/// Applies `yaml` as a server-side dry run until admission refuses it with `expected` (its
+/// index may not hold the newest objects yet), and returns the refusal.
+async fn refused_once_known(product: &Product, yaml: &str, expected: &str) -> String {
+    let mut said = String::new();
+    eventually(
+        "admission to refuse by the namespace's policy",
+        Duration::from_secs(30),
+        async || {
+            let (ok, output) =
+                product.try_kubectl(&["apply", "--dry-run=server", "-f", "-"], Some(yaml));
+            said = output.clone();
+            match (ok, output.contains(expected)) {
+                (false, true) => Ok(()),
+                _ => Err(output),
+            }
+        },
+    )
+    .await;
+    said
+}
+
+/// A namespace policy, end to end: admission refuses a config it does not allow and a cluster
+/// past each of its caps, naming the policy; with the webhooks off, the controller creates
+/// nothing for a cluster past it (`Invalid`, reason `NamespacePolicy`); loosening the policy
+/// lets that cluster start.
+#[tokio::test]
+async fn a_namespace_policy_is_held_by_admission_and_by_the_controller() {
+    let product = Product::start(None, &[]).await;
+    product.apply(IMAGES);
+    product.apply(CONFIG);
+    product.apply(POLICY);
+    let on_large = cluster_yaml(
+        "carts",
+        "{configRef: large, shards: 1, replicasPerShard: 0}",
+    );
+    let said = refused_once_known(&product, &on_large, "ValkeyNamespacePolicy tenant-limits").await;
+    assert!(
+        said.contains("spec.configRef: ValkeyNamespacePolicy tenant-limits lets the clusters of namespace tenant use only ValkeyConfigs standard, not large"),
+        "{said}"
+    );
+    refused(
+        &product,
+        &cluster_yaml(
+            "wide",
+            "{configRef: standard, shards: 3, replicasPerShard: 0}",
+        ),
+        &[
+            "spec.shards: ValkeyNamespacePolicy tenant-limits allows at most 2 shards in namespace tenant",
+        ],
+    );
+    refused(
+        &product,
+        &cluster_yaml(
+            "deep",
+            "{configRef: standard, shards: 1, replicasPerShard: 3}",
+        ),
+        &[
+            "spec.replicasPerShard: ValkeyNamespacePolicy tenant-limits allows at most 3 Valkey nodes",
+        ],
+    );
+    // Two clusters fit; a third does not, counting the two.
+    for name in ["first", "second"] {
+        product.apply(&cluster_yaml(
+            name,
+            "{configRef: standard, shards: 1, replicasPerShard: 0}",
+        ));
+    }
+    let third = cluster_yaml(
+        "third",
+        "{configRef: standard, shards: 1, replicasPerShard: 0}",
+    );
+    let said = refused_once_known(&product, &third, "allows at most 2 ValkeyClusters").await;
+    assert!(said.contains("metadata.name: ValkeyNamespacePolicy tenant-limits allows at most 2 ValkeyClusters in namespace tenant, which has 2 already"), "{said}");
+
+    // The controller, with the webhooks out of the way: a cluster past the policy is not created.
+    let mut webhooks = get_json(
+        &product.plane,
+        &[
+            "get",
+            "validatingwebhookconfiguration",
+            RELEASE,
+            "-o",
+            "json",
+        ],
+    );
+    for field in [
+        "resourceVersion",
+        "uid",
+        "creationTimestamp",
+        "managedFields",
+        "generation",
+    ] {
+        webhooks["metadata"].as_object_mut().unwrap().remove(field);
+    }
+    product.kubectl(&["delete", "validatingwebhookconfiguration", RELEASE]);
+    // Creation times have a second's resolution, and within one second the name decides which
+    // cluster came first: let carts be plainly the newest.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    product.apply(&on_large);
+    eventually(
+        "carts reads Invalid for the policy",
+        Duration::from_secs(30),
+        async || {
+            let cluster = product.cluster("tenant", "carts");
+            let reason = condition_field(&cluster, "Degraded", "reason");
+            match (cluster["status"]["state"].as_str(), reason.as_deref()) {
+                (Some("Invalid"), Some("NamespacePolicy")) => Ok(()),
+                _ => Err(format!("{:#}", cluster["status"])),
+            }
+        },
+    )
+    .await;
+    let message = product.cluster("tenant", "carts")["status"]["message"].clone();
+    let message = message.as_str().unwrap_or_default();
+    eprintln!("carts: {message}");
+    for expected in [
+        "ValkeyNamespacePolicy tenant-limits",
+        "not large",
+        "at most 2 ValkeyClusters",
+    ] {
+        assert!(
+            message.contains(expected),
+            "{expected:?} not in {message:?}"
+        );
+    }
+    let nodes = product.kubectl(&[
+        "get",
+        "valkeynodes",
+        "-n",
+        "tenant",
+        "-l",
+        "valkey.gomomento.com/cluster=carts",
+        "-o",
+        "name",
+    ]);
+    assert!(nodes.trim().is_empty(), "nodes were created: {nodes}");
+    product.apply(&webhooks.to_string());
+
+    // The older clusters were never held back by the newer one, and loosening the policy lets
+    // carts start: the policy's change wakes it.
+    for name in ["first", "second"] {
+        let cluster = product.cluster("tenant", name);
+        assert_ne!(
+            cluster["status"]["state"].as_str(),
+            Some("Invalid"),
+            "{name}: {:#}",
+            cluster["status"]
+        );
+    }
+    let loosened = Instant::now();
+    product.patch(
+        "valkeynamespacepolicy/tenant-limits",
+        None,
+        r#"{"spec": {"allowedConfigs": ["standard", "large"], "maxClusters": 3, "maxShards": 3}}"#,
+    );
+    eventually(
+        "carts starts once the policy allows it",
+        Duration::from_secs(60),
+        async || {
+            let cluster = product.cluster("tenant", "carts");
+            match cluster["status"]["state"].as_str() {
+                Some("Active") => Ok(()),
+                _ => Err(format!("{:#}", cluster["status"])),
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "carts: Active {:.1} s after the policy was loosened",
+        loosened.elapsed().as_secs_f64()
+    );
+    let message = &product.cluster("tenant", "carts")["status"]["message"];
+    assert!(message.is_null(), "the message stays: {message}");
+}

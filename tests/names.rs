@@ -281,6 +281,7 @@ fn conditions() -> (BTreeSet<&'static str>, BTreeSet<&'static str>) {
         R::CredentialsUnusable,
         R::StrangerAtAddress,
         R::LoginRefused,
+        R::NamespacePolicy,
     ];
     for reason in reasons {
         match reason {
@@ -303,7 +304,8 @@ fn conditions() -> (BTreeSet<&'static str>, BTreeSet<&'static str>) {
             | R::TlsUnavailable
             | R::CredentialsUnusable
             | R::StrangerAtAddress
-            | R::LoginRefused => {}
+            | R::LoginRefused
+            | R::NamespacePolicy => {}
         }
     }
     (

@@ -1,7 +1,8 @@
 //! ValkeyCluster admission: the bounds and name rules of [`crate::api::bounds`] and the
 //! operator's caps; its `configRef` must resolve at or above the Valkey 9 floor; a `configRef`
 //! switch that changes the image warns of the roll; reserved pod annotations and adding or
-//! removing TLS are refused (the CRD's own rules say the same, this gives the reason too).
+//! removing TLS are refused (the CRD's own rules say the same, this gives the reason too); the
+//! namespace's policies ([`crate::fleet::policy`]) hold, each refusal naming its policy.
 
 use kube::ResourceExt;
 use kube::core::admission::Operation;
@@ -14,8 +15,9 @@ use crate::acl;
 use crate::api::annotations::SWITCHOVER;
 use crate::api::bounds::{Problem, acl_syntax_problems, cap_problems, cluster_problems};
 use crate::api::{AclUser, RESERVED_PREFIX, ValkeyCluster, ValkeyClusterSpec};
-use crate::fleet::Fleet;
+use crate::fleet::policy::{self, Before, Counted, Footprint, Request};
 use crate::fleet::resolve::{self, ResolveError};
+use crate::fleet::{ClusterKey, Fleet};
 
 /// Why adding or removing `spec.tls` is refused (the CRD's own rule says the same).
 pub const TLS_PRESENCE_IS_FIXED: &str = "spec.tls is set at creation only and cannot be added or removed; create a new ValkeyCluster to change that. Only spec.tls.secretRef may change: the nodes roll onto the new Secret, whose ca.crt and the old one's must each trust the other's certificate";
@@ -53,6 +55,7 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet, policy: &
         // A spec past its bounds is not read any further.
         return verdict;
     }
+    check_namespace_policies(review, spec, fleet, &mut verdict);
     check_pod_annotations(spec, &mut verdict);
     check_switchover(cluster, review.old, &mut verdict);
     if let Some(old) = review.old
@@ -78,6 +81,27 @@ pub fn validate_cluster(review: &Review<ValkeyCluster>, fleet: &Fleet, policy: &
         );
     }
     verdict
+}
+
+/// The policies of the cluster's namespace, counting every other cluster the index knows there.
+fn check_namespace_policies(
+    review: &Review<ValkeyCluster>,
+    spec: &ValkeyClusterSpec,
+    fleet: &Fleet,
+    verdict: &mut Verdict,
+) {
+    let key = ClusterKey::new(review.namespace.unwrap_or_default(), review.name);
+    let request = Request {
+        config_ref: &spec.config_ref,
+        footprint: Footprint::of(spec),
+        before: review.old.map(|old| Before {
+            config_ref: &old.spec.config_ref,
+            footprint: Footprint::of(&old.spec),
+        }),
+    };
+    for breach in policy::breaches(fleet, &key, &request, Counted::All) {
+        verdict.deny(breach.to_string());
+    }
 }
 
 /// A switchover request that is not one is refused when it is written (one kept from before is

@@ -472,3 +472,71 @@ fn a_cluster_past_the_acl_bound_may_shrink_but_not_grow() {
         joined(&grown)
     );
 }
+
+#[test]
+fn namespace_policies_refuse_a_config_and_a_cap_naming_the_policy() {
+    let mut fleet = fleet();
+    fleet.upsert_policy(
+        "team-a-limits",
+        ValkeyNamespacePolicySpec {
+            namespaces: vec!["team-a".into()],
+            allowed_configs: vec!["standard".into()],
+            max_clusters: Some(2),
+            max_shards: Some(5),
+            max_nodes: None,
+        },
+    );
+    let existing = crate::fleet::policy::Member {
+        footprint: crate::fleet::policy::Footprint {
+            shards: 3,
+            nodes: 6,
+        },
+        created: None,
+    };
+    fleet.set_cluster_member(&ClusterKey::new("team-a", "orders"), existing);
+    let judge = |new: &ValkeyCluster, old: Option<&ValkeyCluster>| {
+        let operation = if old.is_some() {
+            Operation::Update
+        } else {
+            Operation::Create
+        };
+        let mut review = review(operation, "carts", Some(new), old);
+        review.namespace = Some("team-a");
+        validate_cluster(&review, &fleet, &Policy::default())
+    };
+    // `cluster()` asks for 3 shards: 3 + 3 is past the policy's 5.
+    let on_other = cluster("team-a", "carts", "other");
+    let said = joined(&judge(&on_other, None));
+    assert!(said.contains("spec.configRef: ValkeyNamespacePolicy team-a-limits lets the clusters of namespace team-a use only ValkeyConfigs standard, not other"), "{said}");
+    assert!(
+        said.contains("spec.shards: ValkeyNamespacePolicy team-a-limits allows at most 5 shards"),
+        "{said}"
+    );
+    let mut small = cluster("team-a", "carts", "standard");
+    small.spec.shards = 2;
+    assert!(
+        judge(&small, None).allowed(),
+        "{}",
+        joined(&judge(&small, None))
+    );
+    // Another namespace is not governed.
+    let mut elsewhere = review(Operation::Create, "carts", Some(&on_other), None);
+    elsewhere.namespace = Some("team-b");
+    assert!(validate_cluster(&elsewhere, &fleet, &Policy::default()).allowed());
+    // A cluster already on a config the policy no longer allows may still change, but not grow.
+    let mut grown = on_other.clone();
+    grown.spec.shards = 2;
+    let mut was = grown.clone();
+    was.spec.shards = 1;
+    assert!(judge(&was, Some(&was)).allowed());
+    let said = joined(&judge(&grown, Some(&was)));
+    assert!(
+        !said.contains("spec.configRef") && !said.contains("spec.shards"),
+        "{said}"
+    );
+    grown.spec.shards = 3;
+    assert!(
+        joined(&judge(&grown, Some(&was)))
+            .contains("spec.shards: ValkeyNamespacePolicy team-a-limits")
+    );
+}

@@ -2,6 +2,7 @@
 //! floor of the effective image (of this config and of every config inheriting from it), the
 //! fleet-wide roll warning, and no deletion while something uses the config.
 
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::core::admission::Operation;
 
@@ -59,7 +60,7 @@ fn validate_spec(
     }
     match review.operation {
         Operation::Update => {
-            judge_image_change(config, name, fleet, policy, verdict);
+            judge_image_change(config, name, fleet, policy, review.now, verdict);
             let effects = cluster_effects(fleet, name, &config.spec);
             warn_effects(&effects, fleet, (name, &config.spec), verdict);
         }
@@ -185,6 +186,7 @@ fn judge_image_change(
     name: &str,
     fleet: &Fleet,
     policy: &Policy,
+    now: Timestamp,
     verdict: &mut Verdict,
 ) {
     if let Some(change) = config_image_change(fleet, name, Some(&config.spec)) {
@@ -193,7 +195,15 @@ fn judge_image_change(
             .get(annotations::ACKNOWLEDGE_FLEET_ROLL)
             .map(String::as_str);
         let pacing = pacing(fleet, name, Some(&config.spec), &change.clusters);
-        judge_config_change(&change, name, acknowledgement, &pacing, policy, verdict);
+        judge_config_change(
+            &change,
+            name,
+            acknowledgement,
+            &pacing,
+            policy,
+            now,
+            verdict,
+        );
     }
 }
 

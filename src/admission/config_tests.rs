@@ -361,3 +361,36 @@ fn a_paced_change_says_how_it_is_paced_and_what_it_does_to_each_cluster() {
     );
     assert!(!all.contains("rolls"), "{all}");
 }
+
+#[test]
+fn a_change_outside_the_maintenance_windows_says_when_its_clusters_start() {
+    let fleet = fleet();
+    let mut spec = config_spec(Some("valkey-9-1-2"), None);
+    spec.rollout = Some(crate::api::RolloutPolicy {
+        maintenance_windows: vec![crate::api::MaintenanceWindow {
+            days: vec![],
+            start: "02:00".into(),
+            duration_minutes: 60,
+        }],
+        ..Default::default()
+    });
+    let object = config("standard", spec);
+    // The fixtures judge at 1970-01-01T00:00:00Z, two hours before the day's window.
+    let mut asked = review(Operation::Update, "standard", Some(&object), None);
+    let warnings = |asked: &Review<ValkeyConfig>| {
+        validate_config(asked, &fleet, &Policy::default())
+            .warnings
+            .join("\n")
+    };
+    let all = warnings(&asked);
+    assert!(
+        all.contains("ValkeyConfig standard's maintenance windows are closed now: team-a/orders, team-b/feed and team-b/sessions start rolling when the next opens, at 1970-01-01T02:00:00Z"),
+        "{all}"
+    );
+    asked.now = k8s_openapi::jiff::Timestamp::from_second(2 * 3600 + 1800).unwrap();
+    let all = warnings(&asked);
+    assert!(
+        all.contains("maintenance window is open until 1970-01-01T03:00:00Z: team-a/orders, team-b/feed and team-b/sessions start rolling now; any not started by then waits for the next window, at 1970-01-02T02:00:00Z."),
+        "{all}"
+    );
+}

@@ -87,6 +87,7 @@ pub(crate) fn review<'a, T>(
         object,
         old,
         user: None,
+        now: k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
     }
 }
 

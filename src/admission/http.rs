@@ -206,6 +206,7 @@ where
         object: object.as_ref(),
         old: old.as_ref(),
         user: request.user_info.username.as_deref(),
+        now: k8s_openapi::jiff::Timestamp::now(),
     };
     let verdict = validate(&review, state);
     let mut response = if verdict.allowed() {

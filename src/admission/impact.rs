@@ -3,12 +3,14 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::jiff::Timestamp;
 use semver::Version;
 
 use super::{Policy, Verdict, clip, plural, some_of};
 use crate::api::annotations::{ROLLOUT_PAUSED, ROLLOUT_WAVE};
 use crate::api::{RolloutPolicy, ValkeyConfigSpec, annotations};
 use crate::fleet::resolve::{self, Catalog, ResolvedImage, WithConfig};
+use crate::fleet::window::{Opening, Windows};
 use crate::fleet::{ClusterKey, Fleet};
 
 /// How many cluster names a warning shows before "and N more".
@@ -106,13 +108,14 @@ fn downgrade_warning(from: &ResolvedImage, to: &ResolvedImage) -> String {
 }
 
 /// Warns (or refuses, past the policy's threshold without acknowledgement) a config change that
-/// rolls clusters.
+/// rolls clusters; `now` is when, for the maintenance windows.
 pub fn judge_config_change(
     change: &ImageChange,
     config_name: &str,
     acknowledgement: Option<&str>,
     pacing: &Pacing,
     policy: &Policy,
+    now: Timestamp,
     verdict: &mut Verdict,
 ) {
     let count = change.clusters.len();
@@ -152,27 +155,8 @@ pub fn judge_config_change(
              or copy it as {config_name}-v2 on the new image and move clusters one at a time by spec.configRef."
         )));
     }
-    for (group, (rollout, count)) in &pacing.paced {
-        let cap = match rollout.max_concurrent {
-            Some(cap) => format!("at most {cap} rolling at once"),
-            None => "no cap on how many roll at once".to_owned(),
-        };
-        let waves = match (rollout.waves.len(), rollout.allow_wave_annotation) {
-            (0, false) => "in one wave".to_owned(),
-            (0, true) => format!("in waves by the {ROLLOUT_WAVE} annotation"),
-            (n, false) => format!("in {} named first, the rest last", plural(n, "wave")),
-            (n, true) => format!(
-                "in {} named first, then by the {ROLLOUT_WAVE} annotation, the rest last",
-                plural(n, "wave")
-            ),
-        };
-        verdict.warn(clip(format!(
-            "{} paced by ValkeyConfig {group}'s spec.rollout: {cap}, {waves}.",
-            plural(*count, "ValkeyCluster"),
-        )));
-        verdict.warn(clip(format!(
-            "A stall on the new image halts the rest of {group}'s rollout; {ROLLOUT_PAUSED}: \"true\" on the config pauses it."
-        )));
+    for (group, (rollout, clusters)) in &pacing.paced {
+        warn_paced(group, rollout, clusters, now, verdict);
     }
     if pacing.unpaced > 0 && !pacing.paced.is_empty() {
         verdict.warn(clip(format!(
@@ -185,12 +169,70 @@ pub fn judge_config_change(
     }
 }
 
+/// How one rollout group's clusters will roll: its cap, its waves, its halt, its windows.
+fn warn_paced(
+    group: &str,
+    rollout: &RolloutPolicy,
+    clusters: &[ClusterKey],
+    now: Timestamp,
+    verdict: &mut Verdict,
+) {
+    let cap = match rollout.max_concurrent {
+        Some(cap) => format!("at most {cap} rolling at once"),
+        None => "no cap on how many roll at once".to_owned(),
+    };
+    let waves = match (rollout.waves.len(), rollout.allow_wave_annotation) {
+        (0, false) => "in one wave".to_owned(),
+        (0, true) => format!("in waves by the {ROLLOUT_WAVE} annotation"),
+        (n, false) => format!("in {} named first, the rest last", plural(n, "wave")),
+        (n, true) => format!(
+            "in {} named first, then by the {ROLLOUT_WAVE} annotation, the rest last",
+            plural(n, "wave")
+        ),
+    };
+    verdict.warn(clip(format!(
+        "{} paced by ValkeyConfig {group}'s spec.rollout: {cap}, {waves}.",
+        plural(clusters.len(), "ValkeyCluster"),
+    )));
+    verdict.warn(clip(format!(
+        "A stall on the new image halts the rest of {group}'s rollout; {ROLLOUT_PAUSED}: \"true\" on the config pauses it."
+    )));
+    if let Some(when) = window_warning(group, rollout, clusters, now) {
+        verdict.warn(clip(when));
+    }
+}
+
+/// When a group's clusters may start rolling, by its maintenance windows (none: `None`).
+fn window_warning(
+    group: &str,
+    rollout: &RolloutPolicy,
+    clusters: &[ClusterKey],
+    now: Timestamp,
+) -> Option<String> {
+    let windows = Windows::of(&rollout.maintenance_windows).ok()?;
+    let which = some_of(clusters, NAMES_SHOWN);
+    match windows.at(now) {
+        Opening::Always => None,
+        Opening::ClosedUntil(opens) => Some(format!(
+            "ValkeyConfig {group}'s maintenance windows are closed now: {which} start rolling when the next opens, at {opens}, and only inside a window."
+        )),
+        Opening::OpenUntil(closes) => {
+            let next = windows
+                .next_opening(closes)
+                .map_or(String::new(), |next| format!(", at {next}"));
+            Some(format!(
+                "ValkeyConfig {group}'s maintenance window is open until {closes}: {which} start rolling now; any not started by then waits for the next window{next}."
+            ))
+        }
+    }
+}
+
 /// How the clusters a change rolls are paced: by the policy of the nearest config with one in
 /// each cluster's chain, as the chain would be after the change.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Pacing {
-    /// The config whose policy paces them: the policy, and how many clusters.
-    pub paced: BTreeMap<String, (RolloutPolicy, usize)>,
+    /// The config whose policy paces them: the policy, and its clusters.
+    pub paced: BTreeMap<String, (RolloutPolicy, Vec<ClusterKey>)>,
     /// Clusters with no policy in their chain.
     pub unpaced: usize,
 }
@@ -217,7 +259,10 @@ pub fn pacing(
             .into_iter()
             .find_map(|(config, spec)| Some((config, spec.rollout.clone()?)));
         match policy {
-            Some((config, rollout)) => pacing.paced.entry(config).or_insert((rollout, 0)).1 += 1,
+            Some((config, rollout)) => {
+                let (_, members) = pacing.paced.entry(config).or_insert((rollout, Vec::new()));
+                members.push(cluster.clone());
+            }
             None => pacing.unpaced += 1,
         }
     }

@@ -53,6 +53,8 @@ pub struct Review<'a, T> {
     pub old: Option<&'a T>,
     /// Who sent the request, as the API server authenticated them.
     pub user: Option<&'a str>,
+    /// When it is judged: what a maintenance window allows depends on it.
+    pub now: k8s_openapi::jiff::Timestamp,
 }
 
 /// What a validator decided: the request is allowed when `denials` is empty.

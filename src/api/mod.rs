@@ -1,4 +1,4 @@
-//! The operator's API: the five custom resource kinds of `valkey.gomomento.com/v1alpha1`, the
+//! The operator's API: the six custom resource kinds of `valkey.gomomento.com/v1alpha1`, the
 //! labels and annotations the operator owns, and the CRD YAML printed by `valkey-operator crd`.
 
 // kube's repeated `printcolumn(type_ = ...)` arguments read as duplicates to clippy.
@@ -10,12 +10,14 @@ mod config;
 mod image;
 pub mod names;
 mod node;
+mod policy;
 mod role;
 
 pub use cluster::*;
 pub use config::*;
 pub use image::*;
 pub use node::*;
+pub use policy::*;
 pub use role::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
@@ -152,7 +154,7 @@ pub mod secret_keys {
     pub const TLS_KEY: &str = "tls.key";
 }
 
-/// The CustomResourceDefinitions of all five kinds, in a stable order.
+/// The CustomResourceDefinitions of all six kinds, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         ValkeyImage::crd(),
@@ -160,6 +162,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         ValkeyRole::crd(),
         with_state_creating(ValkeyCluster::crd()),
         ValkeyNode::crd(),
+        ValkeyNamespacePolicy::crd(),
     ]
 }
 

@@ -50,7 +50,7 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Print the CustomResourceDefinitions of all five kinds as YAML.
+    /// Print the CustomResourceDefinitions of all six kinds as YAML.
     Crd,
     /// Write a development CA and serving certificate (PEM) for the given names and IPs.
     Certs {

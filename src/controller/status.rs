@@ -71,6 +71,9 @@ pub enum Reason {
     StrangerAtAddress,
     /// Nodes refuse the operator's login: nothing can be done on them.
     LoginRefused,
+    /// A cluster not started yet is past a ValkeyNamespacePolicy of its namespace: nothing is
+    /// created.
+    NamespacePolicy,
 }
 
 impl ConditionType {
@@ -108,6 +111,7 @@ impl Reason {
             Reason::CredentialsUnusable => "CredentialsUnusable",
             Reason::StrangerAtAddress => "StrangerAtAddress",
             Reason::LoginRefused => "LoginRefused",
+            Reason::NamespacePolicy => "NamespacePolicy",
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The in-memory cache that admission and the controller read: watches over ValkeyImage,
-//! ValkeyConfig, ValkeyRole and ValkeyCluster keep the [`Fleet`] index current. An admission
+//! ValkeyConfig, ValkeyRole, ValkeyCluster and ValkeyNamespacePolicy keep the [`Fleet`] index
+//! current. An admission
 //! answer never lists the API server. Only the index keeps what it needs of each object (a
 //! config's spec, a cluster's references): no whole objects are cached here, so a fleet of
 //! thousands of clusters costs a few hundred bytes each.
@@ -16,7 +17,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
 use crate::api::annotations::{ROLLOUT_PAUSED, ROLLOUT_WAVE};
-use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyRole};
+use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNamespacePolicy, ValkeyRole};
+use crate::fleet::policy::{Footprint, Member};
 use crate::fleet::resolve::Catalog;
 use crate::fleet::{ClusterKey, Fleet};
 
@@ -27,6 +29,7 @@ pub struct Readiness {
     configs: AtomicBool,
     roles: AtomicBool,
     clusters: AtomicBool,
+    policies: AtomicBool,
 }
 
 impl Readiness {
@@ -37,6 +40,7 @@ impl Readiness {
             configs: AtomicBool::new(true),
             roles: AtomicBool::new(true),
             clusters: AtomicBool::new(true),
+            policies: AtomicBool::new(true),
         }
     }
 
@@ -51,6 +55,7 @@ impl Readiness {
             (&self.configs, "valkeyconfigs"),
             (&self.roles, "valkeyroles"),
             (&self.clusters, "valkeyclusters"),
+            (&self.policies, "valkeynamespacepolicies"),
         ]
         .into_iter()
         .filter(|(flag, _)| !flag.load(Ordering::Acquire))
@@ -146,6 +151,11 @@ impl Indexed for ValkeyCluster {
     fn apply(&self, fleet: &mut Fleet) {
         let key = ClusterKey::of(self);
         fleet.upsert_cluster(key.clone(), &self.spec.config_ref);
+        let member = Member {
+            footprint: Footprint::of(&self.spec),
+            created: self.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        };
+        fleet.set_cluster_member(&key, member);
         let wave = self.annotations().get(ROLLOUT_WAVE);
         fleet.set_cluster_wave_annotation(&key, wave.map(String::as_str));
         let roles: BTreeSet<String> = self
@@ -179,6 +189,29 @@ impl Indexed for ValkeyCluster {
     /// The controller watches clusters itself.
     fn reaches(&self, _: &Fleet) -> Vec<ClusterKey> {
         Vec::new()
+    }
+}
+
+impl Indexed for ValkeyNamespacePolicy {
+    fn apply(&self, fleet: &mut Fleet) {
+        fleet.upsert_policy(&self.name_any(), self.spec.clone());
+    }
+    fn changes(&self, fleet: &Fleet) -> bool {
+        fleet.policy(&self.name_any()) != Some(&self.spec)
+    }
+    fn remove(gone: &ObjectRef<Self>, fleet: &mut Fleet) {
+        fleet.remove_policy(&gone.name);
+    }
+    fn flag(readiness: &Readiness) -> &AtomicBool {
+        &readiness.policies
+    }
+    /// The clusters of its namespaces: one that has not started yet may now be allowed.
+    fn reaches(&self, fleet: &Fleet) -> Vec<ClusterKey> {
+        self.spec
+            .namespaces
+            .iter()
+            .flat_map(|namespace| fleet.members_of(namespace).map(|(key, _)| key.clone()))
+            .collect()
     }
 }
 
@@ -267,7 +300,7 @@ fn watch_kind<K: Indexed>(
         })
 }
 
-/// Starts the four watches; the returned future drives them and never completes on its own.
+/// Starts the five watches; the returned future drives them and never completes on its own.
 /// Every cluster a config, image or role change reaches is sent on `changes` once the index reflects
 /// the change, so the controller never reconciles it against the config as it was before.
 pub fn start(
@@ -294,12 +327,19 @@ pub fn start(
         readiness.clone(),
         changes.clone(),
     );
+    let policies = watch_kind::<ValkeyNamespacePolicy>(
+        client.clone(),
+        fleet.clone(),
+        readiness.clone(),
+        changes.clone(),
+    );
     let clusters = watch_kind::<ValkeyCluster>(client, fleet, readiness, changes);
     async move {
         let merged = futures::stream::select_all([
             images.boxed(),
             configs.boxed(),
             roles.boxed(),
+            policies.boxed(),
             clusters.boxed(),
         ]);
         merged.for_each(|()| async {}).await;

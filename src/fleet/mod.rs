@@ -4,17 +4,22 @@
 //! [`crate::fleet::caches`]); read by admission and resolution through [`Catalog`].
 //!
 //! Beside the index: [`caches`], the watches that feed it; [`resolve`], a config's `baseRef` chain
-//! over it; [`rollout`], the rules of a fleet rollout over its clusters.
+//! over it; [`rollout`], the rules of a fleet rollout over its clusters; [`policy`], what a
+//! namespace's policies allow its clusters.
 
 pub mod caches;
+pub mod policy;
 pub mod resolve;
 pub mod rollout;
 pub mod window;
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
 
-use crate::api::{ValkeyCluster, ValkeyConfigSpec, ValkeyImageSpec, ValkeyRoleSpec};
+use crate::api::{
+    ValkeyCluster, ValkeyConfigSpec, ValkeyImageSpec, ValkeyNamespacePolicySpec, ValkeyRoleSpec,
+};
+use crate::fleet::policy::Member;
 use crate::fleet::resolve::Catalog;
 
 /// A namespaced cluster's identity.
@@ -72,6 +77,10 @@ pub struct Fleet {
     /// What each cluster's ACL users cost apart from their roles (see [`crate::acl::Cost`]):
     /// admission of a role change reckons what it makes of every cluster granting it.
     cluster_acl_costs: HashMap<ClusterKey, Vec<crate::acl::UserCost>>,
+    /// Each cluster's size and age for its namespace's caps, by namespace then name.
+    cluster_members: BTreeMap<ClusterKey, Member>,
+    /// The namespace policies, by name (a handful: scanned).
+    policies: BTreeMap<String, ValkeyNamespacePolicySpec>,
 }
 
 fn unlink<K: Ord>(map: &mut HashMap<String, BTreeSet<K>>, key: &str, member: &K) {
@@ -155,6 +164,43 @@ impl Fleet {
         self.cluster_config.insert(key, config_ref.to_string());
     }
 
+    /// A cluster's size and creation time, as its namespace's caps count it.
+    pub fn set_cluster_member(&mut self, key: &ClusterKey, member: Member) {
+        self.cluster_members.insert(key.clone(), member);
+    }
+
+    /// The clusters of a namespace with their sizes, by name.
+    pub fn members_of<'a>(
+        &'a self,
+        namespace: &'a str,
+    ) -> impl Iterator<Item = (&'a ClusterKey, &'a Member)> + 'a {
+        self.cluster_members
+            .range(ClusterKey::new(namespace, "")..)
+            .take_while(move |(key, _)| key.namespace == namespace)
+    }
+
+    pub fn upsert_policy(&mut self, name: &str, spec: ValkeyNamespacePolicySpec) {
+        self.policies.insert(name.to_owned(), spec);
+    }
+
+    pub fn remove_policy(&mut self, name: &str) {
+        self.policies.remove(name);
+    }
+
+    pub fn policy(&self, name: &str) -> Option<&ValkeyNamespacePolicySpec> {
+        self.policies.get(name)
+    }
+
+    /// The policies that name `namespace`, by name.
+    pub fn policies_governing<'a>(
+        &'a self,
+        namespace: &'a str,
+    ) -> impl Iterator<Item = (&'a String, &'a ValkeyNamespacePolicySpec)> + 'a {
+        self.policies
+            .iter()
+            .filter(move |(_, policy)| policy.governs(namespace))
+    }
+
     /// The `rollout-wave` annotation its owner put on a cluster, if any.
     pub fn set_cluster_wave_annotation(&mut self, key: &ClusterKey, value: Option<&str>) {
         match value {
@@ -169,6 +215,7 @@ impl Fleet {
 
     pub fn remove_cluster(&mut self, key: &ClusterKey) {
         self.cluster_waves.remove(key);
+        self.cluster_members.remove(key);
         self.cluster_acl_costs.remove(key);
         if let Some(old) = self.cluster_config.remove(key) {
             unlink(&mut self.clusters_by_config, &old, key);

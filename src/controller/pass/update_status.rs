@@ -199,7 +199,8 @@ async fn write_degraded(
         cluster.metadata.generation,
         now,
     );
-    if reason == Reason::TlsUnavailable {
+    // A spec the operator cannot accept as it stands: Momento's `Invalid`.
+    if matches!(reason, Reason::TlsUnavailable | Reason::NamespacePolicy) {
         status.state = Some(ClusterState::Invalid);
     }
     write_status(ctx, cluster, stored, status).await
