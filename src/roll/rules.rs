@@ -4,8 +4,9 @@
 //! 1. A primary that owns slots but does not answer. If it is dead (its server stopped for
 //!    good, or it has been silent for long while its Pod runs), its most caught-up replica
 //!    takes over; while a replica of it is silent only for a moment, that one is waited for
-//!    first. With no copy left, a primary whose server stopped is retired and its slots served
-//!    again, empty; copies that exist but stay silent stall for a person. A primary silent
+//!    first. With no copy left (a replica, or a primary of the shard taken over while it was
+//!    silent), a primary whose server stopped is retired and its slots served again, empty;
+//!    copies that exist but stay silent stall for a person. A primary silent
 //!    only for a moment waits for Valkey's own failover (or stalls without a replica).
 //! 2. A node whose server stopped for good and owns no slots is retired: it counts for nothing
 //!    and holds nothing. Unless it is a joiner of the new revision and more than
@@ -303,9 +304,13 @@ fn dead_primaries(view: &View) -> Option<Step> {
         .iter()
         .find(|n| !n.reachable && n.slot_count() > 0)?;
     let (node, shard, slots) = (dead.name.clone(), dead.shard, dead.slot_count());
+    // Copies of its data: its replicas, and a primary of the shard that owns no slots (one
+    // taken over while it was silent still holds the data it had, and follows the heir once
+    // it answers again).
     let copies = || {
         view.in_shard(shard)
-            .filter(|n| n.lifecycle == Lifecycle::Active && n.role == Role::Replica)
+            .filter(|n| n.name != dead.name && n.lifecycle == Lifecycle::Active)
+            .filter(|n| n.role == Role::Replica || n.slot_count() == 0)
     };
     let heir = view.replicas(shard).into_iter().max_by(|a, b| {
         replica_offset(a)

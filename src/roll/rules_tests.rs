@@ -345,6 +345,37 @@ fn a_dead_primary_waits_for_a_replica_silent_for_a_moment_and_never_gives_a_copy
 }
 
 #[test]
+fn a_primary_taken_over_while_silent_is_a_copy_when_its_heir_dies() {
+    // p0 went silent for long and r0 took its slots over; then r0 stopped for good while p0
+    // was still silent. p0 owns no slots now but holds the shard's data up to its pause.
+    let mut nodes = one_shard();
+    let slots = std::mem::take(&mut nodes[0].slots);
+    nodes[0].reachable = false;
+    nodes[0].hung = true;
+    nodes[1].slots = slots;
+    nodes[1].role = Role::Primary;
+    nodes[1].sync = None;
+    nodes[1].reachable = false;
+    nodes[1].terminated = true;
+    let memory = RollMemory::default();
+    let desired = shape(1, 1, OLD);
+    assert_eq!(
+        stall(plan(&desired, &nodes, &memory)),
+        StallReason::CopiesUnreachable {
+            node: "r0".into(),
+            shard: 0,
+            slots: SLOT_COUNT,
+        },
+        "p0 holds a copy: never serve the slots again empty while it may come back"
+    );
+    // Silent only for a moment, it is waited for.
+    nodes[0].hung = false;
+    assert!(
+        matches!(wait(plan(&desired, &nodes, &memory)), WaitReason::HeirUnreachable { heir, .. } if heir == "p0")
+    );
+}
+
+#[test]
 fn a_primary_silent_for_long_is_taken_over_by_its_most_caught_up_replica() {
     let mut nodes = one_shard();
     let mut behind = replica("r1", 0);
