@@ -6,8 +6,8 @@
 //!    takes over; while a replica of it is silent only for a moment, that one is waited for
 //!    first. With no copy left (a replica, or a primary of the shard taken over while it was
 //!    silent), a primary whose server stopped is retired and its slots served again, empty;
-//!    copies that exist but stay silent stall for a person. A primary silent
-//!    only for a moment waits for Valkey's own failover (or stalls without a replica).
+//!    copies that exist but stay silent stall for a person. A primary silent only for a
+//!    moment waits for Valkey's own failover (or stalls without a replica).
 //! 2. A node whose server stopped for good and owns no slots is retired: it counts for nothing
 //!    and holds nothing. Unless it is a joiner of the new revision and more than
 //!    `MAX_LOST_JOINS` of those died lately: then the roll stalls (the revision is the likely
@@ -309,7 +309,7 @@ fn dead_primaries(view: &View) -> Option<Step> {
     // it answers again).
     let copies = || {
         view.in_shard(shard)
-            .filter(|n| n.name != dead.name && n.lifecycle == Lifecycle::Active)
+            .filter(|n| n.lifecycle == Lifecycle::Active)
             .filter(|n| n.role == Role::Replica || n.slot_count() == 0)
     };
     let heir = view.replicas(shard).into_iter().max_by(|a, b| {
