@@ -3,6 +3,7 @@
 //! Waiting operations (replicate, failover, slot migration) poll until done or a deadline.
 
 pub mod address;
+mod bounded;
 mod identity;
 pub mod migration;
 pub mod parse;
@@ -16,6 +17,7 @@ use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, Value};
 use tokio::time::{Instant, sleep, timeout};
 
 pub use address::{CLIENT_PORT, NodeAddress};
+pub use bounded::REPLY_LIMIT;
 pub use identity::Expected;
 pub use parse::{
     ClusterInfo, ClusterNode, ClusterShard, OpenSlot, ReplicationInfo, ServerInfo, ShardMember,
@@ -67,6 +69,14 @@ pub enum EngineError {
     /// [`Fence`]).
     #[error("{node}: {command}: not sent: this replica no longer leads")]
     Fenced { node: String, command: String },
+    /// The node answered more than [`REPLY_LIMIT`] bytes (see [`bounded`]); the connection is
+    /// closed.
+    #[error("{node}: {command}: a reply over its {limit}-byte limit")]
+    TooLarge {
+        node: String,
+        command: String,
+        limit: usize,
+    },
     /// Not the node the operator means answers at its address (see [`identity`]).
     #[error("{node}: a stranger answers there: expected {expected}, found {found}")]
     Stranger {
@@ -110,6 +120,7 @@ impl EngineError {
             EngineError::Deadline { .. } => "deadline",
             EngineError::MigrationFailed { .. } => "migration",
             EngineError::Stranger { .. } => "stranger",
+            EngineError::TooLarge { .. } => "too_large",
             EngineError::Fenced { .. } => "fenced",
         }
     }
@@ -221,6 +232,8 @@ fn handshake(credentials: Option<&Credentials>) -> redis::RedisConnectionInfo {
 pub struct NodeClient {
     addr: String,
     conn: MultiplexedConnection,
+    /// Whether a reply passed [`REPLY_LIMIT`] (and so ended the connection).
+    overflow: bounded::Overflow,
     call_timeout: Duration,
     /// Whether the connection logged in as a user (not as `default` without credentials).
     logged_in: bool,
@@ -242,37 +255,36 @@ impl NodeClient {
         call_timeout: Duration,
         credentials: Option<&Credentials>,
     ) -> Result<Self> {
-        let command = "connect".to_owned();
-        let info = redis::IntoConnectionInfo::into_connection_info(format!("redis://{addr}/"))
-            .map(|info| info.set_redis_settings(handshake(credentials)));
-        let client = info
-            .and_then(redis::Client::open)
-            .map_err(|source| EngineError::Command {
-                node: addr.to_owned(),
-                command: command.clone(),
-                source,
-            })?;
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(call_timeout))
-            .set_response_timeout(Some(call_timeout));
-        let conn = timeout(
-            call_timeout,
-            client.get_multiplexed_async_connection_with_config(&config),
-        )
-        .await
-        .map_err(|_| EngineError::Timeout {
+        let failed = |source: redis::RedisError| EngineError::Command {
             node: addr.to_owned(),
-            command: command.clone(),
-            after: call_timeout,
-        })?
-        .map_err(|source| EngineError::Command {
-            node: addr.to_owned(),
-            command,
+            command: "connect".to_owned(),
             source,
-        })?;
+        };
+        let config = AsyncConnectionConfig::new().set_response_timeout(Some(call_timeout));
+        let info = handshake(credentials);
+        let connecting = async {
+            let tcp = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|error| failed(error.into()))?;
+            let (stream, overflow) = bounded::Bounded::new(tcp, REPLY_LIMIT);
+            let (conn, driver) = MultiplexedConnection::new_with_config(&info, stream, config)
+                .await
+                .map_err(failed)?;
+            Ok::<_, EngineError>((conn, driver, overflow))
+        };
+        let (conn, driver, overflow) =
+            timeout(call_timeout, connecting)
+                .await
+                .map_err(|_| EngineError::Timeout {
+                    node: addr.to_owned(),
+                    command: "connect".to_owned(),
+                    after: call_timeout,
+                })??;
+        tokio::spawn(driver);
         Ok(Self {
             addr: addr.to_owned(),
             conn,
+            overflow,
             call_timeout,
             logged_in: credentials.is_some(),
             id: None,
@@ -322,14 +334,16 @@ impl NodeClient {
                 after: call_timeout,
             })?
             .map_err(|error| failed(error.into()))?;
-        let info = handshake(credentials);
-        let (conn, driver) = MultiplexedConnection::new_with_config(&info, stream, config)
-            .await
-            .map_err(failed)?;
+        let (stream, overflow) = bounded::Bounded::new(stream, REPLY_LIMIT);
+        let (conn, driver) =
+            MultiplexedConnection::new_with_config(&handshake(credentials), stream, config)
+                .await
+                .map_err(failed)?;
         tokio::spawn(driver);
         Ok(Self {
             addr: addr.to_owned(),
             conn,
+            overflow,
             call_timeout,
             logged_in: credentials.is_some(),
             id: None,
@@ -362,6 +376,11 @@ impl NodeClient {
                 node: self.addr.clone(),
                 command,
                 after: self.call_timeout,
+            }),
+            Ok(Err(_)) if self.overflow.happened() => Err(EngineError::TooLarge {
+                node: self.addr.clone(),
+                command,
+                limit: REPLY_LIMIT,
             }),
             Ok(Err(source)) => Err(EngineError::Command {
                 node: self.addr.clone(),
