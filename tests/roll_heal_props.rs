@@ -101,6 +101,7 @@ fn node(
         unreadable: false,
         handover_requested: false,
         terminated: false,
+        removed: false,
         hung: false,
         leaving: false,
     }

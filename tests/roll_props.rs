@@ -74,6 +74,7 @@ impl Sim {
             unreadable: false,
             handover_requested: false,
             terminated: false,
+            removed: false,
             hung: false,
             leaving: false,
         });
@@ -282,6 +283,7 @@ fn build(start: &Start) -> Vec<ObservedNode> {
                 unreadable: false,
                 handover_requested: false,
                 terminated: false,
+                removed: false,
                 hung: false,
                 leaving: false,
             });

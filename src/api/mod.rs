@@ -65,8 +65,9 @@ pub mod annotations {
     pub const ROLLOUT_PAUSED: &str = "valkey.gomomento.com/rollout-paused";
 
     /// On a ValkeyCluster, `"true"` or an RFC 3339 time: hold it on its revision (until that
-    /// time): it starts no roll, a shard in flight finishes, healing goes on, and the rest of
-    /// its rollout goes on without it. `kubectl valkey hold` and `release` set and remove it.
+    /// time): it advances no roll from the next step on, even mid-shard (such a shard keeps its
+    /// replacement beside the nodes it replaces), healing goes on, and the rest of its rollout
+    /// goes on without it. `kubectl valkey hold` and `release` set and remove it.
     pub const ROLLOUT_HOLD: &str = "valkey.gomomento.com/rollout-hold";
 
     /// On a ValkeyCluster, its wave in its group's rollout (`"0"` for canaries).

@@ -48,6 +48,7 @@ fn node(name: &str, shard: u32, revision: &str, slots: (u16, u16)) -> ObservedNo
         unreadable: false,
         handover_requested: false,
         terminated: false,
+        removed: false,
         hung: false,
         leaving: false,
     }

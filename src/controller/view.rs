@@ -113,6 +113,16 @@ impl ClusterNodes {
         }
     }
 
+    /// The node's Pod ran and was removed (it is gone, or being deleted), rather than its
+    /// server failing (see [`crate::roll::ObservedNode::removed`]).
+    fn removed(&self, node: &ValkeyNode) -> bool {
+        let ran = node.status.as_ref().is_some_and(|s| s.node_id.is_some());
+        match self.pod_of(node) {
+            None => ran,
+            Some(pod) => pod.deleting && !has_stopped(pod),
+        }
+    }
+
     /// The node was started with the operator's users: its Pod mounts the cluster's
     /// credentials Secret (a Pod made by an operator before them does not).
     fn started_closed(&self, node: &ValkeyNode) -> bool {
@@ -151,6 +161,7 @@ impl ClusterNodes {
                     replica_of: node.annotations().get(annotations::REPLICA_OF).cloned(),
                     handover_requested: node.handover_requested_at(now).is_some(),
                     terminated: self.terminated(node),
+                    removed: self.removed(node),
                     leaving: node.metadata.deletion_timestamp.is_some(),
                     name,
                 }
@@ -191,6 +202,7 @@ pub fn memory_of(status: &ValkeyClusterStatus) -> RollMemory {
         revision: roll.revision,
         failover_attempts,
         lost_joins: 0,
+        removed_joins: 0,
         switchover_done: roll.switchover,
     }
 }

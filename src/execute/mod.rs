@@ -71,6 +71,8 @@ pub struct Member {
     pub handover_requested: bool,
     /// Its server has stopped for good (see [`crate::roll::ObservedNode::terminated`]).
     pub terminated: bool,
+    /// Its Pod was removed (see [`crate::roll::ObservedNode::removed`]).
+    pub removed: bool,
     /// Someone asked for it to go (see [`crate::roll::ObservedNode::leaving`]).
     pub leaving: bool,
 }

@@ -232,6 +232,7 @@ fn unheard(member: &Member) -> ObservedNode {
         unreadable: false,
         handover_requested: member.handover_requested,
         terminated: member.terminated,
+        removed: member.removed,
         // The caller's clock decides (see `ObservedNode::hung`).
         hung: false,
         leaving: member.leaving,

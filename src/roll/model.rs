@@ -171,6 +171,10 @@ pub struct ObservedNode {
     /// (paused, partitioned), it cannot come back as a second primary, so its shard may be
     /// taken over at once.
     pub terminated: bool,
+    /// Its server stopped because its Pod was removed (deleted, or gone with its machine),
+    /// not because the server failed: a loss no revision causes (see
+    /// [`RollMemory::lost_joins`]).
+    pub removed: bool,
     /// It answered once, and has not answered for longer than the caller waits for a node
     /// that may come back (the caller owns the clock), while its Pod still runs: hung,
     /// paused or cut off. It is treated as dead (its shard is taken over, it is replaced),
@@ -223,6 +227,11 @@ pub struct RollMemory {
     /// by the caller (the controller in memory, for a while: not persisted), so that a revision
     /// whose nodes always die stalls instead of being replaced without end.
     pub lost_joins: u32,
+    /// Joiners of the desired revision whose Pods were removed (deleted, or gone with their
+    /// machine) before they joined, lately, kept like [`RollMemory::lost_joins`]: no revision
+    /// causes that, so past the same bound the stall is the cluster's own
+    /// ([`StallReason::JoinersRemoved`](crate::roll::StallReason::JoinersRemoved)).
+    pub removed_joins: u32,
     /// The last switchover a person asked for that was carried out ([`Switchover::id`]),
     /// recorded before it is issued, so it is never issued twice.
     pub switchover_done: Option<String>,

@@ -266,6 +266,14 @@ pub enum StallReason {
         shard: u32,
         lost: u32,
     },
+    /// Joiners of the new revision keep having their Pods removed before they join (`removed`
+    /// of them lately): someone deletes them, or their machines go. No revision causes that,
+    /// so it is a stall of the cluster's own, not of the change.
+    JoinersRemoved {
+        node: String,
+        shard: u32,
+        removed: u32,
+    },
     /// Unowned slots belong to a shard with no live primary to assign them to.
     UnownedSlotsWithoutPrimary {
         shard: u32,
@@ -298,6 +306,7 @@ impl StallReason {
             | StallReason::DeadPrimaryWithoutReplica { shard, .. }
             | StallReason::CopiesUnreachable { shard, .. }
             | StallReason::JoinsLost { shard, .. }
+            | StallReason::JoinersRemoved { shard, .. }
             | StallReason::UnownedSlotsWithoutPrimary { shard }
             | StallReason::NoPrimary { shard }
             | StallReason::TwoPrimaries { shard, .. }
@@ -314,6 +323,7 @@ impl StallReason {
             StallReason::DeadPrimaryWithoutReplica { .. } => "DeadPrimaryWithoutReplica",
             StallReason::CopiesUnreachable { .. } => "CopiesUnreachable",
             StallReason::JoinsLost { .. } => "JoinsLost",
+            StallReason::JoinersRemoved { .. } => "JoinersRemoved",
             StallReason::UnownedSlotsWithoutPrimary { .. } => "UnownedSlotsWithoutPrimary",
             StallReason::NoPrimary { .. } => "NoPrimary",
             StallReason::TwoPrimaries { .. } => "TwoPrimaries",
@@ -363,6 +373,16 @@ impl fmt::Display for StallReason {
                  of this revision to die while joining lately: see its Pod's status and logs \
                  (an image that does not start, a memory limit a full sync exceeds); it is tried \
                  again once the cause is fixed or in 10 minutes"
+            ),
+            StallReason::JoinersRemoved {
+                node,
+                shard,
+                removed,
+            } => write!(
+                f,
+                "{node}'s Pod was removed before it joined shard {shard}, the {removed}th new \
+                 node of this revision removed while joining lately: stop deleting the \
+                 cluster's Pods (or see what removes them); it is tried again in 10 minutes"
             ),
             StallReason::UnownedSlotsWithoutPrimary { shard } => write!(
                 f,

@@ -11,7 +11,9 @@
 //! 2. A node whose server stopped for good and owns no slots is retired: it counts for nothing
 //!    and holds nothing. Unless it is a joiner of the new revision and more than
 //!    `MAX_LOST_JOINS` of those died lately: then the roll stalls (the revision is the likely
-//!    cause), which halts a fleet rollout.
+//!    cause), which halts a fleet rollout. Joiners whose Pods were removed (not failed) are
+//!    counted apart: past the same bound the roll stalls too, for a cause of the cluster's own,
+//!    which halts nobody.
 //! 3. A failover of this roll that left the primary unchanged every one of the
 //!    `MAX_FAILOVER_ATTEMPTS` times it was issued stalls the cluster (fewer: rule 9 retries it;
 //!    never a second failover after one that took effect).
@@ -380,7 +382,16 @@ fn gone_nodes(view: &View, memory: &RollMemory) -> Option<Step> {
         .iter()
         .find(|n| n.terminated && !n.reachable && n.slot_count() == 0)?;
     let new_joiner = gone.lifecycle == Lifecycle::Joining && gone.is_up_to_date(view.desired);
-    if new_joiner && memory.lost_joins > MAX_LOST_JOINS {
+    if new_joiner && gone.removed && memory.removed_joins > MAX_LOST_JOINS {
+        return Some(Step::Stalled {
+            reason: StallReason::JoinersRemoved {
+                node: gone.name.clone(),
+                shard: gone.shard,
+                removed: memory.removed_joins,
+            },
+        });
+    }
+    if new_joiner && !gone.removed && memory.lost_joins > MAX_LOST_JOINS {
         return Some(Step::Stalled {
             reason: StallReason::JoinsLost {
                 node: gone.name.clone(),

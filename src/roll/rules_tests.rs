@@ -48,6 +48,7 @@ fn primary(name: &str, shard: u32, slots: Vec<SlotRange>) -> ObservedNode {
         unreadable: false,
         handover_requested: false,
         terminated: false,
+        removed: false,
         hung: false,
         leaving: false,
     }
@@ -722,6 +723,38 @@ fn an_evicted_replica_is_replaced_before_it_is_retired() {
     assert!(
         matches!(&step, Step::RetireNode { node, .. } if node == "r0"),
         "{step}"
+    );
+}
+
+#[test]
+fn new_joiners_whose_pods_are_removed_stall_for_the_clusters_own_cause() {
+    let mut joiner = replica("j0", 0);
+    joiner.revision = NEW.into();
+    joiner.lifecycle = Lifecycle::Joining;
+    joiner.reachable = false;
+    joiner.terminated = true;
+    joiner.removed = true;
+    let nodes = [one_shard(), vec![joiner]].concat();
+    let desired = shape(1, 1, NEW);
+    // However many joiners failed, a removed one is not the revision's doing.
+    let mut memory = RollMemory {
+        lost_joins: MAX_LOST_JOINS + 5,
+        removed_joins: MAX_LOST_JOINS,
+        ..RollMemory::default()
+    };
+    let step = plan(&desired, &nodes, &memory);
+    assert!(
+        matches!(&step, Step::RetireNode { node, .. } if node == "j0"),
+        "{step}"
+    );
+    memory.removed_joins = MAX_LOST_JOINS + 1;
+    assert_eq!(
+        stall(plan(&desired, &nodes, &memory)),
+        StallReason::JoinersRemoved {
+            node: "j0".into(),
+            shard: 0,
+            removed: MAX_LOST_JOINS + 1,
+        }
     );
 }
 

@@ -175,6 +175,7 @@ mod tests {
             replica_of: None,
             handover_requested: false,
             terminated: false,
+            removed: false,
             leaving: false,
         }
     }

@@ -24,11 +24,21 @@ use crate::roll::{DesiredShape, Lifecycle, ObservedNode};
 pub const LOST_JOIN_WINDOW: Duration = Duration::from_secs(600);
 
 /// One cluster's count: the revision counted, and when each of its lost joiners (by name) was
-/// first seen stopped.
+/// first seen stopped, those whose servers failed apart from those whose Pods were removed.
 #[derive(Debug, Default)]
 pub(in crate::controller) struct Counted {
     revision: String,
-    lost: HashMap<String, Instant>,
+    failed: HashMap<String, Instant>,
+    removed: HashMap<String, Instant>,
+}
+
+/// How many joiners of the revision a cluster lost within the window, by how.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lost {
+    /// Their servers stopped (what a revision can cause).
+    pub failed: u32,
+    /// Their Pods were removed (what no revision causes).
+    pub removed: u32,
 }
 
 /// Per cluster, its [`Counted`] losses.
@@ -43,7 +53,7 @@ impl LostJoins {
         cluster: &ClusterKey,
         desired: &DesiredShape,
         observed: &[ObservedNode],
-    ) -> u32 {
+    ) -> Lost {
         self.count_at(cluster, desired, observed, Instant::now())
     }
 
@@ -53,21 +63,41 @@ impl LostJoins {
         desired: &DesiredShape,
         observed: &[ObservedNode],
         now: Instant,
-    ) -> u32 {
+    ) -> Lost {
         let mut all = self.0.lock();
-        let Counted { revision, lost } = all.entry(cluster.clone()).or_default();
+        let Counted {
+            revision,
+            failed,
+            removed,
+        } = all.entry(cluster.clone()).or_default();
         if *revision != desired.revision {
             *revision = desired.revision.clone();
-            lost.clear();
+            failed.clear();
+            removed.clear();
         }
         let stopped = observed.iter().filter(|n| {
             n.lifecycle == Lifecycle::Joining && n.terminated && n.is_up_to_date(desired)
         });
         for node in stopped {
-            lost.entry(node.name.clone()).or_insert(now);
+            // Counted once, as first seen: a failed joiner's Pod is removed when it is retired.
+            if failed.contains_key(&node.name) || removed.contains_key(&node.name) {
+                continue;
+            }
+            let how = if node.removed {
+                &mut *removed
+            } else {
+                &mut *failed
+            };
+            how.insert(node.name.clone(), now);
         }
-        lost.retain(|_, at| now.saturating_duration_since(*at) < LOST_JOIN_WINDOW);
-        u32::try_from(lost.len()).unwrap_or(u32::MAX)
+        let within = |at: &mut Instant| now.saturating_duration_since(*at) < LOST_JOIN_WINDOW;
+        failed.retain(|_, at| within(at));
+        removed.retain(|_, at| within(at));
+        let count = |lost: &HashMap<String, Instant>| u32::try_from(lost.len()).unwrap_or(u32::MAX);
+        Lost {
+            failed: count(failed),
+            removed: count(removed),
+        }
     }
 }
 
@@ -109,6 +139,7 @@ mod tests {
             unreadable: false,
             handover_requested: false,
             terminated,
+            removed: false,
             hung: false,
             leaving: false,
         }
@@ -128,6 +159,7 @@ mod tests {
         let start = Instant::now();
         let count = |revision: &str, nodes: &[ObservedNode], at: Duration| {
             lost.count_at(&cluster, &desired(revision), nodes, start + at)
+                .failed
         };
         let running = joiner("a", "new", false);
         assert_eq!(count("new", &[running], Duration::ZERO), 0);
@@ -148,5 +180,49 @@ mod tests {
             1
         );
         assert_eq!(count("newer", &[], LOST_JOIN_WINDOW), 0);
+    }
+
+    #[test]
+    fn joiners_whose_pods_were_removed_are_counted_apart_from_those_that_failed() {
+        let lost = LostJoins::default();
+        let cluster = ClusterKey::new("shop", "orders");
+        let desired = DesiredShape {
+            shards: 1,
+            replicas_per_shard: 1,
+            revision: "new".into(),
+            switchover: None,
+            primary_update: Default::default(),
+        };
+        let removed = |name: &str| ObservedNode {
+            removed: true,
+            ..joiner(name, "new", true)
+        };
+        let now = Instant::now();
+        let seen = lost.count_at(&cluster, &desired, &[removed("a"), removed("b")], now);
+        assert_eq!(
+            seen,
+            Lost {
+                failed: 0,
+                removed: 2
+            }
+        );
+        // A joiner that failed is counted as failed, once, even when its Pod goes afterwards.
+        let failed = joiner("c", "new", true);
+        let seen = lost.count_at(&cluster, &desired, &[failed], now);
+        assert_eq!(
+            seen,
+            Lost {
+                failed: 1,
+                removed: 2
+            }
+        );
+        let seen = lost.count_at(&cluster, &desired, &[removed("c")], now);
+        assert_eq!(
+            seen,
+            Lost {
+                failed: 1,
+                removed: 2
+            }
+        );
     }
 }

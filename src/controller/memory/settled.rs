@@ -204,6 +204,7 @@ mod tests {
             unreadable: false,
             handover_requested: false,
             terminated: false,
+            removed: false,
             hung: false,
             leaving: false,
         }

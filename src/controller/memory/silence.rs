@@ -106,6 +106,7 @@ mod tests {
             replica_of: None,
             handover_requested: false,
             terminated: false,
+            removed: false,
             leaving: false,
         }
     }
@@ -129,6 +130,7 @@ mod tests {
             unreadable: false,
             handover_requested: false,
             terminated: false,
+            removed: false,
             hung: false,
             leaving: false,
         }
@@ -169,6 +171,7 @@ mod tests {
         let start = Instant::now();
         let mut stopped = [ObservedNode {
             terminated: true,
+            removed: false,
             ..seen("a", false)
         }];
         silence.judge_at(&cluster, &members, &mut stopped, bound, start);

@@ -35,12 +35,12 @@ pub fn gated(
     let outdated = observed.iter().any(|o| !o.is_up_to_date(desired));
     let started = started(observed, desired);
     let advances = advances_a_roll(&step, observed, desired);
-    // A person holds it on its revision: it starts no roll, but finishes a shard in flight
-    // (the rollout's first rule) and is healed; the rest of its rollout goes on without it.
+    // A person holds it on its revision: it advances no roll, even in the middle of a shard
+    // (a shard between its replace and its retire only has a node more than it needs), and is
+    // healed; the rest of its rollout goes on without it.
     if let Some(hold) = cluster.rollout_hold(Timestamp::now())
         && outdated
         && advances
-        && !(started && mid_shard(observed, desired))
     {
         standing.progress = Progress::Held;
         rollouts.record(&key, standing);
@@ -62,18 +62,12 @@ pub fn gated(
         };
     }
     if matches!(step, Step::Stalled { .. }) || !outdated || !advances {
-        standing.progress = match (&step, outdated) {
-            (_, true) if locked_out => Progress::Stuck,
-            // Only a stall of the change itself halts the rollout; one for a cause of the
-            // cluster's own (a dead primary, say) holds nobody up.
-            (Step::Stalled { reason }, true) if stall_of_the_change(reason, observed, desired) => {
-                Progress::Stalled
-            }
-            (Step::Stalled { .. }, true) => Progress::Stuck,
-            (_, false) => Progress::UpToDate,
-            _ if started => Progress::Rolling,
-            _ => Progress::Queued,
+        let before = Before {
+            outdated,
+            locked_out,
+            started,
         };
+        standing.progress = progress_at(&step, before, observed, desired);
         rollouts.record(&key, standing);
         return step;
     }
@@ -98,6 +92,39 @@ pub fn gated(
         Verdict::Wait(why) => Step::Wait {
             reason: WaitReason::Rollout(why),
         },
+    }
+}
+
+/// What the gate knows of a cluster before it lets a step through.
+#[derive(Clone, Copy)]
+struct Before {
+    outdated: bool,
+    locked_out: bool,
+    started: bool,
+}
+
+/// The standing of a cluster whose step the gate lets through as it is (a stall, a step that
+/// does not advance a roll, or an up-to-date cluster).
+fn progress_at(
+    step: &Step,
+    before: Before,
+    observed: &[ObservedNode],
+    desired: &DesiredShape,
+) -> Progress {
+    match (step, before.outdated) {
+        (_, true) if before.locked_out => Progress::Stuck,
+        // Only a stall of the change itself halts the rollout; one for a cause of the
+        // cluster's own (a dead primary, say) holds nobody up.
+        (Step::Stalled { reason }, true) if stall_of_the_change(reason, observed, desired) => {
+            Progress::Stalled
+        }
+        (Step::Stalled { .. }, true) => Progress::Stuck,
+        // A switchover its own people asked for that cannot be carried out is a cause of its
+        // own too: the rest of its rollout does not wait for them to fix it.
+        (Step::Wait { reason }, true) if waits_for_its_people(reason) => Progress::Stuck,
+        (_, false) => Progress::UpToDate,
+        _ if before.started => Progress::Rolling,
+        _ => Progress::Queued,
     }
 }
 
@@ -161,6 +188,13 @@ fn stall_of_the_change(
             .any(|o| o.name == *node && o.is_up_to_date(desired) && !o.locked_out && !o.stranger),
         _ => false,
     }
+}
+
+/// Whether a wait is for the cluster's own people to act: a switchover asked for by its
+/// annotation that cannot be carried out (a supervised primary update is the platform's
+/// policy, and counts as rolling).
+fn waits_for_its_people(reason: &WaitReason) -> bool {
+    matches!(reason, WaitReason::Switchover { .. })
 }
 
 /// The config's share of a cluster's revision (see [`Standing::target`]), as a short digest.

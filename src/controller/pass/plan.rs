@@ -56,7 +56,8 @@ pub async fn plan(
     };
     let mut memory = memory_of(&pass.stored.status);
     let lost_joins = &ctx.memory.lost_joins;
-    memory.lost_joins = lost_joins.count(&pass.key, &desired, &observed);
+    let lost = lost_joins.count(&pass.key, &desired, &observed);
+    (memory.lost_joins, memory.removed_joins) = (lost.failed, lost.removed);
     allow_more_failovers(pass, host, &mut memory).await?;
     let step = {
         let planned = crate::roll::plan(&desired, &observed, &memory);

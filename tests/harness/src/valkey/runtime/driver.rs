@@ -78,6 +78,7 @@ impl<R: NodeRuntime> NodeHost for LocalHost<R> {
                 // Local processes are never evicted, and a stopped one is only unreachable.
                 handover_requested: false,
                 terminated: false,
+                removed: false,
                 leaving: false,
             })
             .collect()
