@@ -159,8 +159,16 @@ pub const ALWAYS_DENIED: [&str; 4] = ["-@admin", "-flushall", "-flushdb", "-swap
 /// Taken from every selector that may not read every key: the commands that list key names
 /// whatever the key patterns (Valkey checks patterns against the keys a command names, and
 /// these name none), so a user limited to `orders:*` would read every other user's key names.
-/// A selector that reads `*` keeps them (`SCAN` is how tools walk a keyspace).
-pub const LIST_KEY_NAMES: [&str; 4] = ["-keys", "-scan", "-randomkey", "-cluster|getkeysinslot"];
+/// `CLIENT TRACKING` (in `@connection`) is one too: in `BCAST` mode it sends the connection
+/// the name of every key anyone writes under its prefixes. A selector that reads `*` keeps
+/// them (`SCAN` is how tools walk a keyspace).
+pub const LIST_KEY_NAMES: [&str; 5] = [
+    "-keys",
+    "-scan",
+    "-randomkey",
+    "-cluster|getkeysinslot",
+    "-client|tracking",
+];
 
 /// `(%R~pattern … &channel … +@category … -command … -@admin …)`: categories first, so a
 /// single command can be carved out of (or added to) a category, then [`ALWAYS_DENIED`] and,
@@ -529,7 +537,7 @@ mod tests {
                 "reset".to_string(),
                 "on".into(),
                 format!("#{}", "ab".repeat(32)),
-                "(%R~orders:* ~cache:* +@read -keys -@admin -flushall -flushdb -swapdb -keys -scan -randomkey -cluster|getkeysinslot)".into(),
+                "(%R~orders:* ~cache:* +@read -keys -@admin -flushall -flushdb -swapdb -keys -scan -randomkey -cluster|getkeysinslot -client|tracking)".into(),
             ]
         );
     }
@@ -563,7 +571,7 @@ mod tests {
         };
         let limited = build(&["orders:*"]);
         assert!(
-            limited[3].ends_with("-keys -scan -randomkey -cluster|getkeysinslot)"),
+            limited[3].ends_with("-keys -scan -randomkey -cluster|getkeysinslot -client|tracking)"),
             "{limited:?}"
         );
         let everything = build(&["*"]);

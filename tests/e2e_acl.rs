@@ -27,7 +27,7 @@ metadata: {{name: vault}}
 apiVersion: valkey.gomomento.com/v1alpha1
 kind: ValkeyRole
 metadata: {{name: reader}}
-spec: {{categories: [{{name: read, access: allow}}], commands: [{{name: keys, access: deny}}]}}
+spec: {{categories: [{{name: read, access: allow}}, {{name: connection, access: allow}}], commands: [{{name: keys, access: deny}}]}}
 ---
 apiVersion: valkey.gomomento.com/v1alpha1
 kind: ValkeyConfig
@@ -106,9 +106,16 @@ async fn acl_users_and_roles_apply_live_on_every_node() {
     // Read on acct:* only; every node, replicas included, knows the user.
     wait_for_permissions(&product, "the user as created", (true, false, false)).await;
     // Key names stay within the patterns: `@read` grants SCAN and RANDOMKEY, which list every
-    // key's name whatever the patterns; a user limited to acct:* gets neither.
+    // key's name whatever the patterns, and `@connection` CLIENT TRACKING, whose BCAST mode
+    // sends the name of every key anyone writes; a user limited to acct:* gets none of them.
+    let tracking = ["CLIENT", "TRACKING", "on", "BCAST", "PREFIX", "acct:"];
     for address in pods.values() {
-        for command in [&["SCAN", "0"][..], &["RANDOMKEY"], &["KEYS", "*"]] {
+        for command in [
+            &["SCAN", "0"][..],
+            &["RANDOMKEY"],
+            &["KEYS", "*"],
+            &tracking,
+        ] {
             assert!(
                 !may_run(address, command).await,
                 "{address}: app may run {command:?}"
