@@ -1,27 +1,37 @@
-//! The operator's own users on a cluster's nodes, and the Secret that keeps their passwords.
-//! Pure: the Secret's data in, the users, the `auth.conf` the nodes start with and the next
-//! step of a rotation out (the reads and writes are `crate::controller::pass::credentials`).
+//! The operator's own users on a cluster's nodes, and the Secrets that keep their passwords.
+//! Pure: the Secrets' data in, the users, the `auth.conf` the nodes start with and the next step
+//! of a rotation out (the reads and writes are `crate::controller::pass::credentials`).
 //!
-//! Per cluster, a Secret `<cluster>-credentials` holds two random passwords:
+//! Per cluster, two random passwords:
 //! - `operator-password`, of the user the operator connects as ([`OPERATOR_USER`]), allowed
 //!   only the administrative commands it sends ([`OPERATOR_COMMANDS`]), no keys;
 //! - `replication-password`, of the user replicas (and atomic slot migration) authenticate to
 //!   a primary as ([`REPLICATION_USER`], `masteruser`/`masterauth`). Replication needs only
 //!   `PSYNC`/`REPLCONF`, but the target of an atomic slot migration runs the moved data (from
 //!   `SELECT` on) as the commands of this user's connection, so it is granted every data
-//!   command on every key, and no administrative one but replication's ([`replication_rules`]);
-//!   its password is in the Secret and, as `masterauth`, in the `auth.conf` each Pod mounts
-//!   (readable by the `valkey` group only);
-//! - and `auth.conf`, derived from them: those two users by hash, `default` closed, and the
-//!   replication login; every node starts with `--include` of it, so it is closed from its
-//!   first command and no password appears in its Pod's spec.
+//!   command on every key, and no administrative one but replication's ([`replication_rules`]).
+//!
+//! They live in two Secrets, so that no credential a tenant can read is an administrative one:
+//! - **private**, [`private_secret_name`] (`<namespace>.<cluster>`) in the operator's own
+//!   namespace, which the clusters' teams cannot read: the passwords ([`SystemCredentials::to_data`]);
+//! - **mounted**, [`secret_name`] (`<cluster>-credentials`) in the cluster's namespace, owned by
+//!   the cluster: only `auth.conf` ([`SystemCredentials::public_data`]), those two users by hash,
+//!   `default` closed, and the replication login. Every node starts with `--include` of it, so
+//!   it is closed from its first command and no password appears in its Pod's spec. Whoever
+//!   reads it (the team, with its namespace's Secrets) learns the replication password: every
+//!   key of its own cluster, which it has anyway, and no `ACL`, `CONFIG` or `CLUSTER` command
+//!   that changes a node.
+//!
+//! Passwords an older operator kept in the mounted Secret were readable by the team: they are
+//! moved to the private Secret and rotated at once ([`SystemCredentials::exposed`]).
 //!
 //! `default` is off on every version: a client without credentials gets `NOAUTH` for every
 //! command. (Valkey 9.0's atomic slot migration would need `default` to keep `CLUSTER
 //! SYNCSLOTS`, which lets anyone move any shard's slots; 9.0 clusters move slots key by key
 //! instead, see [`crate::valkey::migration`].)
 //!
-//! A rotation (asked for with [`ROTATE_CREDENTIALS`](crate::api::annotations::ROTATE_CREDENTIALS) on the Secret) never locks anything out:
+//! A rotation (asked for with [`ROTATE_CREDENTIALS`](crate::api::annotations::ROTATE_CREDENTIALS)
+//! on the mounted Secret) never locks anything out:
 //! 1. **Adding**: new passwords are kept beside the current ones (`next-…` keys); every node
 //!    is given both hashes;
 //! 2. **Dropping**: once every node has both, the new passwords become current (the operator
@@ -63,6 +73,21 @@ pub const OPERATOR_COMMANDS: [&str; 7] = [
 pub fn secret_name(cluster: &str) -> String {
     format!("{cluster}{CREDENTIALS_SUFFIX}")
 }
+
+/// The name of the Secret in the operator's namespace that keeps a cluster's passwords: its
+/// namespace and name, which no two clusters share (a namespace name holds no dot).
+pub fn private_secret_name(namespace: &str, cluster: &str) -> String {
+    format!("{namespace}.{cluster}")
+}
+
+/// The name of the Secret in the operator's namespace with the passwords issued to the config
+/// users of one cluster (see `crate::controller::pass::issued`).
+pub fn issued_secret_name(namespace: &str, cluster: &str) -> String {
+    format!("{namespace}.{cluster}{ISSUED_SUFFIX}")
+}
+
+/// What [`issued_secret_name`] adds to [`private_secret_name`].
+pub const ISSUED_SUFFIX: &str = ".issued";
 
 /// What [`secret_name`] adds to the cluster's name.
 pub const CREDENTIALS_SUFFIX: &str = "-credentials";
@@ -145,7 +170,25 @@ impl SystemCredentials {
         Ok(Self { current, rotation })
     }
 
-    /// The Secret's data: the passwords, and the `auth.conf` nodes start with.
+    /// Credentials read from where the cluster's team could read them: a rotation to new
+    /// passwords starts at once (one already going on is finished instead, and the next one
+    /// asked for replaces what it leaves).
+    pub fn exposed(self) -> Result<Self, getrandom::Error> {
+        match self.rotation {
+            Rotation::Steady => Ok(Self {
+                rotation: Rotation::Adding(Passwords::generate()?),
+                ..self
+            }),
+            _ => Ok(self),
+        }
+    }
+
+    /// The data of the mounted Secret: the `auth.conf` nodes start with, and nothing else.
+    pub fn public_data(&self) -> BTreeMap<String, String> {
+        BTreeMap::from([(AUTH_CONF.to_owned(), self.auth_conf())])
+    }
+
+    /// The private Secret's data: the passwords (and those of a rotation).
     pub fn to_data(&self) -> BTreeMap<String, String> {
         let mut data = BTreeMap::new();
         let mut put = |prefix: &str, passwords: &Passwords| {
@@ -164,7 +207,6 @@ impl SystemCredentials {
             Rotation::Adding(next) => put(NEXT, next),
             Rotation::Dropping(previous) => put(PREVIOUS, previous),
         }
-        data.insert(AUTH_CONF.into(), self.auth_conf());
         data
     }
 
@@ -453,6 +495,47 @@ mod tests {
             users.replication.password,
             pair("a").replication,
             "masterauth switches with current"
+        );
+    }
+
+    #[test]
+    fn the_mounted_secret_holds_no_password_but_replications_and_the_private_one_no_auth_conf() {
+        let credentials = SystemCredentials {
+            current: pair("a"),
+            rotation: Rotation::Adding(pair("b")),
+        };
+        let public = credentials.public_data();
+        assert_eq!(public.keys().collect::<Vec<_>>(), [AUTH_CONF]);
+        let conf = &public[AUTH_CONF];
+        for password in [
+            &pair("a").operator,
+            &pair("b").operator,
+            &pair("b").replication,
+        ] {
+            assert!(!conf.contains(password.as_str()), "{conf}");
+        }
+        assert!(!credentials.to_data().contains_key(AUTH_CONF));
+        assert_eq!(credentials.to_data().len(), 4, "two pairs");
+    }
+
+    #[test]
+    fn exposed_credentials_start_a_rotation_unless_one_is_going_on() {
+        let rotated = steady().exposed().unwrap();
+        assert_eq!(rotated.current, pair("a"));
+        assert!(matches!(rotated.rotation, Rotation::Adding(ref next) if *next != pair("a")));
+        let dropping = SystemCredentials {
+            current: pair("b"),
+            rotation: Rotation::Dropping(pair("a")),
+        };
+        assert_eq!(dropping.clone().exposed().unwrap(), dropping);
+    }
+
+    #[test]
+    fn private_names_differ_per_namespace() {
+        assert_eq!(private_secret_name("shop", "orders"), "shop.orders");
+        assert_ne!(
+            private_secret_name("shop", "orders"),
+            private_secret_name("shop-orders", "x")
         );
     }
 

@@ -1,6 +1,8 @@
 //! The operator's own credentials end to end, on a real API server with real valkey-server
-//! Pods: each cluster gets a Secret it owns with the operator's and the replication user's
-//! passwords; nodes admit no client without credentials (`GET`, `SET`, `CONFIG GET`,
+//! Pods: each cluster's passwords live in a private Secret in the operator's namespace, and the
+//! cluster's own Secret (what its Pods mount, what its team can read) holds only `auth.conf`,
+//! with no administrative password; passwords an older operator left in the team's Secret are
+//! moved and rotated; nodes admit no client without credentials (`GET`, `SET`, `CONFIG GET`,
 //! `CLUSTER NODES` all refused, on 9.0 as on 9.1), not even to Valkey 9.0's slot-migration
 //! protocol, with which a stranger would otherwise take a shard's slots and their keys; a
 //! rotation by annotation and a deleted Secret each move to new passwords with no roll, no
@@ -10,6 +12,7 @@
 use std::time::{Duration, Instant};
 
 use harness::eventually;
+use harness::k8s::chart::NAMESPACE as OPERATOR_NAMESPACE;
 use harness::k8s::{ClusterWatch, IMAGES, Product, condition_field};
 use harness::valkey::attacks::hijack_slots;
 use harness::valkey::logins::{admin, anonymous_reply};
@@ -19,7 +22,7 @@ use serde_json::Value;
 use valkey_operator::acl::OPERATOR_USER;
 use valkey_operator::api::annotations::ROTATE_CREDENTIALS;
 use valkey_operator::credentials::Credentials;
-use valkey_operator::credentials::secret_name;
+use valkey_operator::credentials::{private_secret_name, secret_name};
 use valkey_operator::valkey::NodeClient;
 
 const NAMESPACE: &str = "bank";
@@ -41,28 +44,47 @@ metadata: {name: ledger, namespace: bank}
 spec: {configRef: bank-config, shards: 2, replicasPerShard: 1}
 "#;
 
-fn secret(product: &Product) -> Value {
-    let name = secret_name(CLUSTER);
-    serde_json::from_str(&product.kubectl(&["get", "secret", &name, "-n", NAMESPACE, "-o", "json"]))
-        .unwrap()
+/// The cluster's own Secret, in its namespace: what its Pods mount and its team can read.
+fn mounted(product: &Product) -> Value {
+    try_secret(product, &secret_name(CLUSTER), NAMESPACE).unwrap()
 }
 
-/// The Secret, or why it cannot be read yet (deleted, and not recreated yet).
-fn try_secret(product: &Product) -> Result<Value, String> {
-    let name = secret_name(CLUSTER);
-    let args = ["get", "secret", &name, "-n", NAMESPACE, "-o", "json"];
+/// The operator's private Secret of the cluster, in the operator's namespace.
+fn private(product: &Product) -> Result<Value, String> {
+    let name = private_secret_name(NAMESPACE, CLUSTER);
+    try_secret(product, &name, OPERATOR_NAMESPACE)
+}
+
+/// A Secret, or why it cannot be read yet (deleted, and not recreated yet).
+fn try_secret(product: &Product, name: &str, namespace: &str) -> Result<Value, String> {
+    let args = ["get", "secret", name, "-n", namespace, "-o", "json"];
     match product.try_kubectl(&args, None) {
         (true, output) => serde_json::from_str(&output).map_err(|e| format!("{e}: {output}")),
         (false, output) => Err(output),
     }
 }
 
-/// The Secret's keys, and its operator password.
-fn keys_and_password(secret: &Value) -> (Vec<String>, String) {
+fn keys(secret: &Value) -> Vec<String> {
     let data = secret["data"].as_object().cloned().unwrap_or_default();
-    let keys = data.keys().cloned().collect();
-    let password = decode(&data["operator-password"]);
-    (keys, password)
+    data.keys().cloned().collect()
+}
+
+/// The private Secret's keys, and its operator password.
+fn keys_and_password(secret: &Value) -> (Vec<String>, String) {
+    let password = decode(&secret["data"]["operator-password"]);
+    (keys(secret), password)
+}
+
+/// The two keys of a private Secret without a rotation going on.
+const STEADY: [&str; 2] = ["operator-password", "replication-password"];
+
+/// How a Secret's data holds `text`.
+fn base64(text: &str) -> String {
+    serde_json::to_value(ByteString(text.as_bytes().to_vec()))
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_owned()
 }
 
 /// A Secret's data value (base64), decoded.
@@ -110,17 +132,19 @@ async fn logins_with(product: &Product, password: &str) -> (usize, usize) {
     (accepted, addresses.len())
 }
 
-/// Waits until the Secret holds a steady operator password other than `old` (no rotation
-/// keys left, no annotation), and returns it with how long that took.
+/// Waits until the private Secret holds a steady operator password other than `old` (no
+/// rotation keys left, no annotation on the mounted one, which holds `auth.conf` only), and
+/// returns it with how long that took.
 async fn wait_rotated(product: &Product, old: &str, started: Instant) -> (String, Duration) {
     let password = eventually(
         "the rotation to finish",
         Duration::from_secs(60),
         async || {
-            let secret = try_secret(product)?;
+            let secret = private(product)?;
             let (keys, password) = keys_and_password(&secret);
-            let annotated = secret["metadata"]["annotations"][ROTATE_CREDENTIALS].is_string();
-            let steady = keys == ["auth.conf", "operator-password", "replication-password"];
+            let mounted = try_secret(product, &secret_name(CLUSTER), NAMESPACE)?;
+            let annotated = mounted["metadata"]["annotations"][ROTATE_CREDENTIALS].is_string();
+            let steady = keys == STEADY && self::keys(&mounted) == ["auth.conf"];
             if steady && !annotated && password != old && !password.is_empty() {
                 Ok(password)
             } else {
@@ -148,20 +172,24 @@ async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
         .wait_converged(&[(NAMESPACE, CLUSTER)], "9.0.0", Duration::from_secs(180))
         .await;
 
-    // The Secret is the cluster's; the Pods hold only the file of hashes, never a password.
-    let first = secret(&product);
+    // The mounted Secret is the cluster's and holds only the file of hashes; the passwords are
+    // in the operator's namespace; the Pods hold no password.
+    let first = mounted(&product);
     let owner = &first["metadata"]["ownerReferences"][0];
     assert_eq!(
         (owner["kind"].as_str(), owner["name"].as_str()),
         (Some("ValkeyCluster"), Some(CLUSTER))
     );
-    let (keys, password) = keys_and_password(&first);
-    assert_eq!(
-        keys,
-        ["auth.conf", "operator-password", "replication-password"]
-    );
+    assert_eq!(keys(&first), ["auth.conf"]);
+    let (private_keys, password) = keys_and_password(&private(&product).unwrap());
+    assert_eq!(private_keys, STEADY);
     let pods = product.kubectl(&["get", "pods", "-n", NAMESPACE, "-o", "json"]);
     assert!(!pods.contains(&password), "an operator password in a Pod");
+    let team_can_read = product.kubectl(&["get", "secrets", "-n", NAMESPACE, "-o", "json"]);
+    assert!(
+        !team_can_read.contains(&base64(&password)),
+        "the operator password in the team's namespace"
+    );
     let auth_conf = decode(&first["data"]["auth.conf"]);
     assert!(!auth_conf.contains(&password), "{auth_conf}");
     // `default` is closed on 9.0 too: slots move key by key there, never by its atomic protocol.
@@ -210,13 +238,51 @@ async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
     assert!(events.contains("CredentialsRotation"), "{events}");
     watch.assert_writing().await;
 
-    // A deleted Secret comes back as a rotation from what the nodes have: nothing locked out.
+    // A deleted private Secret comes back as a rotation from what the nodes have: nothing
+    // locked out. A deleted mounted one comes back as it was.
     let started = Instant::now();
-    product.kubectl(&["delete", "secret", &secret_name(CLUSTER), "-n", NAMESPACE]);
+    let private_name = private_secret_name(NAMESPACE, CLUSTER);
+    let private_args = ["delete", "secret", &private_name, "-n", OPERATOR_NAMESPACE];
+    product.kubectl(&private_args);
     let (recreated, took) = wait_rotated(&product, &rotated, started).await;
-    println!("deleted Secret: recreated and rotated on every node in {took:.1?}");
+    println!("deleted private Secret: recreated and rotated on every node in {took:.1?}");
     assert_only_password_accepted(&product, &recreated, &rotated).await;
+    let conf = decode(&mounted(&product)["data"]["auth.conf"]);
+    product.kubectl(&["delete", "secret", &secret_name(CLUSTER), "-n", NAMESPACE]);
+    eventually(
+        "the mounted Secret to come back",
+        Duration::from_secs(60),
+        async || {
+            let back = try_secret(&product, &secret_name(CLUSTER), NAMESPACE).ok()?;
+            (decode(&back["data"]["auth.conf"]) == conf).then_some(())
+        },
+    )
+    .await;
     watch.assert_writing().await;
+
+    // An older operator kept the passwords in the team's Secret: they are moved to the private
+    // one and rotated at once, since the team could read them.
+    let started = Instant::now();
+    let exposed = private(&product).unwrap();
+    let data = exposed["data"].clone();
+    let older = serde_json::json!({"data": data}).to_string();
+    product.kubectl(&[
+        "patch",
+        "secret",
+        &secret_name(CLUSTER),
+        "-n",
+        NAMESPACE,
+        "--type=merge",
+        "-p",
+        &older,
+    ]);
+    product.kubectl(&private_args);
+    let (moved, took) = wait_rotated(&product, &recreated, started).await;
+    println!("passwords in the team's Secret: moved and rotated on every node in {took:.1?}");
+    assert_only_password_accepted(&product, &moved, &recreated).await;
+    assert_eq!(keys(&mounted(&product)), ["auth.conf"]);
+    watch.assert_writing().await;
+
     assert_eq!(
         product.addresses(NAMESPACE, CLUSTER),
         watch.pods_before,
@@ -241,13 +307,14 @@ async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
     report.assert_shards(2, 1, 1);
     // The rotations rolled nothing: exactly one failover per shard, the upgrade's.
     product.assert_failovers(NAMESPACE, CLUSTER, 2).await;
-    let conf = decode(&secret(&product)["data"]["auth.conf"]);
+    let conf = decode(&mounted(&product)["data"]["auth.conf"]);
     assert!(conf.starts_with("user default reset off\n"), "{conf}");
     assert_anonymous_refused(&product, "NOAUTH").await;
 
-    // Deleted while the operator does not remember the passwords (it restarted): it makes no new
-    // ones, which would lock it out, and says so until the Secret is restored.
-    let mut saved = secret(&product);
+    // The private Secret deleted while the operator does not remember the passwords (it
+    // restarted): it makes no new ones, which would lock it out, and says so until the Secret
+    // is restored.
+    let mut saved = private(&product).unwrap();
     let (_, password) = keys_and_password(&saved);
     for field in [
         "resourceVersion",
@@ -258,7 +325,7 @@ async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
         saved["metadata"].as_object_mut().unwrap().remove(field);
     }
     product.operator_mut().kill_and_restart();
-    product.kubectl(&["delete", "secret", &secret_name(CLUSTER), "-n", NAMESPACE]);
+    product.kubectl(&private_args);
     let degraded = eventually(
         "the cluster to say its credentials are unusable",
         Duration::from_secs(60),
@@ -270,9 +337,12 @@ async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
         },
     )
     .await;
-    assert!(degraded.contains("Restore the Secret"), "{degraded}");
+    assert!(
+        degraded.contains("Restore the private Secret"),
+        "{degraded}"
+    );
     let (exists, _) = product.try_kubectl(
-        &["get", "secret", &secret_name(CLUSTER), "-n", NAMESPACE],
+        &["get", "secret", &private_name, "-n", OPERATOR_NAMESPACE],
         None,
     );
     assert!(

@@ -416,14 +416,16 @@ async fn a_tenants_broken_cluster_neither_leads_nor_halts_the_rollout() {
     product
         .wait_converged(&all, "9.0.0", Duration::from_secs(300))
         .await;
-    // The intruder's owner breaks it: the operator's password in its own Secret overwritten.
-    let patch = r#"{"stringData": {"operator-password": "the-tenant-wrote-this-password"}}"#;
+    // The intruder is broken by hand: the operator's password in its private Secret
+    // overwritten (its team cannot reach that Secret; a person of the platform can).
+    let patch = r#"{"stringData": {"operator-password": "somebody-wrote-this-password"}}"#;
+    let private = valkey_operator::credentials::private_secret_name(NAMESPACE, "intruder");
     product.kubectl(&[
         "patch",
         "secret",
-        "intruder-credentials",
+        &private,
         "-n",
-        NAMESPACE,
+        harness::k8s::chart::NAMESPACE,
         "--type",
         "merge",
         "-p",

@@ -228,20 +228,24 @@ async fn the_plugin_shows_holds_replaces_and_reports_by_name() {
         &product,
         &["report", "alpha", "-n", NAMESPACE, "--out", &out_arg],
     );
-    let secret = product.kubectl(&[
-        "get",
-        "secret",
-        "alpha-credentials",
-        "-n",
-        NAMESPACE,
-        "-o",
-        "json",
-    ]);
-    let secret: Secret = serde_json::from_str(&secret).unwrap();
-    let values: Vec<String> = (secret.data.unwrap_or_default().into_values())
-        .map(|value| String::from_utf8_lossy(&value.0).into_owned())
-        .collect();
-    assert!(values.len() >= 2, "the operator's passwords and users file");
+    // The users file the team's Secret holds, and the passwords the operator's private one.
+    let private = valkey_operator::credentials::private_secret_name(NAMESPACE, "alpha");
+    let mut values: Vec<String> = Vec::new();
+    for (name, namespace) in [
+        ("alpha-credentials", NAMESPACE),
+        (private.as_str(), harness::k8s::chart::NAMESPACE),
+    ] {
+        let secret = product.kubectl(&["get", "secret", name, "-n", namespace, "-o", "json"]);
+        let secret: Secret = serde_json::from_str(&secret).unwrap();
+        values.extend(
+            (secret.data.unwrap_or_default().into_values())
+                .map(|value| String::from_utf8_lossy(&value.0).into_owned()),
+        );
+    }
+    assert!(
+        values.len() >= 3,
+        "the users file and the operator's passwords"
+    );
     let mut node_files = 0;
     for entry in std::fs::read_dir(&out).unwrap() {
         let path = entry.unwrap().path();

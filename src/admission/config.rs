@@ -84,8 +84,18 @@ fn check_platform_users(spec: &ValkeyConfigSpec, fleet: &Fleet, verdict: &mut Ve
             verdict.deny(format!(
                 "spec.acl[{index}].passwordSecretRef: a ValkeyConfig's users take passwordHashes only (a config belongs to no namespace a Secret could be read from); put the user in each cluster's spec.acl to use a Secret"
             ));
+        } else if !user.password_hashes.is_empty() {
+            verdict.warn(shared_password_warning(index, &user.username));
         }
     }
+}
+
+/// What a config user with `passwordHashes` is told: its one password opens every cluster of
+/// the config (see `crate::controller::pass::issued` for the alternative).
+pub fn shared_password_warning(index: usize, username: &str) -> String {
+    format!(
+        "spec.acl[{index}]: {username}'s passwordHashes open every cluster of this config, so a team that captures the password on its own cluster reaches every other; leave passwordHashes empty to have the operator issue {username} a password per cluster (Secret <namespace>.<cluster>.issued in the operator's namespace)"
+    )
 }
 
 /// `spec.valkey` names neither operator-owned settings nor anything that is not a setting name.

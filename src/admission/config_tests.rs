@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::admission::fixtures::*;
-use crate::api::{AclUser, SecretKeyRef};
+use crate::api::{AclUser, PasswordHash, SecretKeyRef};
 
 #[test]
 fn config_settings_owned_by_the_operator_are_refused() {
@@ -62,6 +62,35 @@ fn platform_users_are_checked_and_take_hashes_only() {
         "{said}"
     );
     assert!(said.contains("user \"ops\" is listed twice"), "{said}");
+}
+
+#[test]
+fn a_platform_user_with_its_own_hash_is_warned_it_opens_every_cluster() {
+    let fleet = fleet();
+    let user = |name: &str, hashes: Vec<PasswordHash>| AclUser {
+        username: name.into(),
+        password_hashes: hashes,
+        password_secret_ref: None,
+        permissions: vec![],
+    };
+    let mut spec = config_spec(Some("valkey-9-0-0"), None);
+    spec.acl = Some(vec![
+        user("shared", vec![PasswordHash("a".repeat(64))]),
+        user("issued", vec![]),
+    ]);
+    let object = config("platform", spec);
+    let verdict = validate_config(
+        &review(Operation::Create, "platform", Some(&object), None),
+        &fleet,
+        &Policy::default(),
+    );
+    assert!(verdict.allowed(), "{}", joined(&verdict));
+    assert_eq!(
+        verdict.warnings,
+        [crate::admission::config::shared_password_warning(
+            0, "shared"
+        )]
+    );
 }
 
 #[test]

@@ -22,6 +22,7 @@ use crate::api::{ValkeyCluster, ValkeyNode, labels};
 use crate::controller::context::Context;
 use crate::controller::memory::ClusterMemory;
 use crate::controller::wakes;
+use crate::credentials::ISSUED_SUFFIX;
 use crate::fleet::{ClusterKey, Fleet};
 
 /// The controller of one term: the clusters, woken by every watch below.
@@ -75,7 +76,8 @@ pub fn controller(
         .watches_stream(secrets(context), {
             let context = context.clone();
             move |secret| {
-                let reading = clusters_reading(&context.fleet, &secret);
+                let home = &context.settings.operator_namespace;
+                let reading = clusters_reading(&context.fleet, home, &secret);
                 reading
                     .into_iter()
                     .map(|key| woken(&context, key))
@@ -253,13 +255,29 @@ fn cluster_of_pod(pod: &Pod) -> Option<ClusterKey> {
     Some(ClusterKey::new(pod.namespace()?, cluster.clone()))
 }
 
-/// The clusters whose users read a Secret (the fleet index keeps the edges).
-fn clusters_reading(fleet: &RwLock<Fleet>, secret: &PartialObjectMeta<Secret>) -> Vec<ClusterKey> {
+/// The clusters that read a Secret: whose users name it (the fleet index keeps the edges), or
+/// whose own it is in the operator's namespace (`home`): a private credentials Secret or the
+/// passwords issued for it, by name (see [`crate::credentials::private_secret_name`]), so one
+/// deleted or edited by hand is put right at once.
+fn clusters_reading(
+    fleet: &RwLock<Fleet>,
+    home: &str,
+    secret: &PartialObjectMeta<Secret>,
+) -> Vec<ClusterKey> {
     let (Some(namespace), Some(name)) = (&secret.metadata.namespace, &secret.metadata.name) else {
         return Vec::new();
     };
     let fleet = fleet.read().unwrap_or_else(|p| p.into_inner());
-    fleet.clusters_using_secret(namespace, name)
+    let mut reading = fleet.clusters_using_secret(namespace, name);
+    let ours = secret.labels().get(labels::MANAGED_BY).map(String::as_str)
+        == Some(labels::MANAGED_BY_VALUE);
+    if namespace == home && ours {
+        let own = name.strip_suffix(ISSUED_SUFFIX).unwrap_or(name);
+        if let Some((namespace, cluster)) = own.split_once('.') {
+            reading.push(ClusterKey::new(namespace, cluster));
+        }
+    }
+    reading
 }
 
 /// The ValkeyCluster that controls `object`, by its controller ownerReference.

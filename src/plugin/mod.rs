@@ -40,6 +40,15 @@ pub struct PluginCli {
     /// The namespace of the cluster or node named (default: the kubeconfig context's).
     #[arg(short = 'n', long, global = true)]
     pub namespace: Option<String>,
+    /// The namespace the operator is installed in, where it keeps each cluster's passwords
+    /// (`status` and `report` log in to the nodes with them; a team cannot read them).
+    #[arg(
+        long,
+        global = true,
+        env = "VALKEY_OPERATOR_NAMESPACE",
+        default_value = "valkey-system"
+    )]
+    pub operator_namespace: String,
     #[command(subcommand)]
     pub command: Verb,
 }
@@ -111,8 +120,9 @@ pub async fn run(cli: PluginCli) -> anyhow::Result<()> {
         .unwrap_or_else(|| config.default_namespace.clone());
     let client = Client::try_from(config).context("connecting to the API server")?;
     let ns = namespace.as_str();
+    let home = cli.operator_namespace.as_str();
     let said = match cli.command {
-        Verb::Status { cluster } => status::status(&client, ns, &cluster).await?,
+        Verb::Status { cluster } => status::status(&client, ns, home, &cluster).await?,
         Verb::Fleet { config, output } => fleet::fleet(&client, config.as_deref(), output).await?,
         Verb::Plan { file } => plan::plan(&client, &file).await?,
         Verb::Pause { config } => annotate::pause(&client, &config, true).await?,
@@ -128,7 +138,7 @@ pub async fn run(cli: PluginCli) -> anyhow::Result<()> {
         }
         Verb::Report { cluster, out } => {
             let out = out.unwrap_or_else(|| PathBuf::from(format!("valkey-report-{cluster}")));
-            report::report(&client, ns, &cluster, &out).await?
+            report::report(&client, ns, home, &cluster, &out).await?
         }
     };
     print!("{said}");

@@ -14,7 +14,7 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::api::{ValkeyCluster, ValkeyNode, labels};
 use crate::controller::pass::secrets;
-use crate::credentials::{SystemCredentials, secret_name};
+use crate::credentials::{SystemCredentials, private_secret_name};
 use crate::settings::DEFAULT_CLUSTER_DOMAIN;
 use crate::valkey::{EngineError, Expected, NodeAddress, NodeClient, Reach};
 
@@ -97,18 +97,28 @@ pub struct NodeAccess {
 }
 
 impl NodeAccess {
-    /// The logins of the cluster's credentials Secret and, for a TLS cluster, the trust in its
-    /// Secret's CA (each node by its Pod's name under `cluster.local`).
-    pub async fn of(client: &Client, objects: &ClusterObjects) -> anyhow::Result<Self> {
+    /// The logins of the cluster's private credentials Secret (in `operator_namespace`, where
+    /// only the platform reads) and, for a TLS cluster, the trust in its Secret's CA (each node
+    /// by its Pod's name under `cluster.local`).
+    pub async fn of(
+        client: &Client,
+        operator_namespace: &str,
+        objects: &ClusterObjects,
+    ) -> anyhow::Result<Self> {
         let cluster = &objects.cluster;
         let namespace = cluster.namespace().unwrap_or_default();
-        let secrets_api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
-        let name = secret_name(&cluster.name_any());
+        let secrets_api: Api<Secret> = Api::namespaced(client.clone(), operator_namespace);
+        let name = private_secret_name(&namespace, &cluster.name_any());
         let secret = secrets_api
             .get_opt(&name)
             .await
-            .with_context(|| format!("reading Secret {name}"))?
-            .with_context(|| format!("the credentials Secret {name} does not exist"))?;
+            .with_context(|| format!("reading Secret {operator_namespace}/{name}"))?
+            .with_context(|| {
+                format!(
+                    "the operator's Secret {operator_namespace}/{name} does not exist (is the \
+                     operator installed in {operator_namespace}? --operator-namespace says where)"
+                )
+            })?;
         let data: BTreeMap<String, Vec<u8>> = (secret.data.unwrap_or_default().into_iter())
             .map(|(key, value)| (key, value.0))
             .collect();

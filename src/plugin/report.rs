@@ -34,6 +34,7 @@ pub const REDACTED: &str = "<redacted>";
 pub async fn report(
     client: &Client,
     namespace: &str,
+    operator_namespace: &str,
     name: &str,
     out: &Path,
 ) -> anyhow::Result<String> {
@@ -42,7 +43,7 @@ pub async fn report(
     let mut files: Vec<(String, String)> = vec![
         (
             "status.txt".into(),
-            status::status(client, namespace, name).await?,
+            status::status(client, namespace, operator_namespace, name).await?,
         ),
         (
             "cluster.yaml".into(),
@@ -60,7 +61,7 @@ pub async fn report(
             operator_lines(client, namespace, name).await,
         ),
     ];
-    files.extend(node_reports(client, &objects).await);
+    files.extend(node_reports(client, operator_namespace, &objects).await);
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let mut said = format!(
         "support bundle of {namespace}/{name} in {}:\n",
@@ -229,8 +230,12 @@ fn has_field(line: &str, key: &str, value: &str) -> bool {
 }
 
 /// Each node's own words, a file per node.
-async fn node_reports(client: &Client, objects: &ClusterObjects) -> Vec<(String, String)> {
-    let access = match NodeAccess::of(client, objects).await {
+async fn node_reports(
+    client: &Client,
+    operator_namespace: &str,
+    objects: &ClusterObjects,
+) -> Vec<(String, String)> {
+    let access = match NodeAccess::of(client, operator_namespace, objects).await {
         Ok(access) => access,
         Err(error) => {
             return vec![(

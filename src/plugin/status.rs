@@ -25,9 +25,14 @@ pub enum Replication {
 }
 
 /// Reads the cluster and asks its nodes; the screen as text.
-pub async fn status(client: &Client, namespace: &str, name: &str) -> anyhow::Result<String> {
+pub async fn status(
+    client: &Client,
+    namespace: &str,
+    operator_namespace: &str,
+    name: &str,
+) -> anyhow::Result<String> {
     let objects = ClusterObjects::read(client, namespace, name).await?;
-    let replication = match NodeAccess::of(client, &objects).await {
+    let replication = match NodeAccess::of(client, operator_namespace, &objects).await {
         Ok(access) => ask_nodes(&access, &objects.nodes).await,
         Err(error) => {
             let why = format!("{error:#}");

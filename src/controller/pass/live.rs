@@ -99,9 +99,8 @@ async fn move_rotation_on(pass: &Pass<'_>, seen: &Seen, everywhere: bool) -> boo
     let ctx = pass.ctx;
     let login = &seen.login;
     let steady = login.credentials.rotation == Rotation::Steady && !login.rotate_asked;
-    let known = &ctx.memory.known_credentials;
     let (namespace, name) = (&pass.namespace, &pass.key.name);
-    match credentials::advance(&ctx.client, namespace, name, login, everywhere, known).await {
+    match credentials::advance(ctx, namespace, name, login, everywhere).await {
         Ok(Some(stage)) => {
             let event = ClusterEvent::CredentialsRotation { stage };
             publish(&ctx.recorder, pass.cluster, &event).await;

@@ -5,8 +5,9 @@
 //!    `spec.configRef` resolved through the `baseRef` chain (fleet index), no I/O;
 //! 2. **read** ([`read`]): every read of the cluster's objects but the stored status (read when
 //!    the pass begins, since every early stop writes over it): the TLS trust, the ValkeyNodes and
-//!    Pods, the credentials Secret (created if absent, see [`credentials`]), the users' password
-//!    hashes ([`secrets`]); the nodes themselves are asked in step 3;
+//!    Pods, the credentials Secrets (created if absent, see [`credentials`]), the passwords
+//!    issued to the config's users ([`issued`]), the users' password hashes ([`secrets`]); the
+//!    nodes themselves are asked in step 3;
 //! 3. **membership** ([`membership`]): the owned Service, budget and NetworkPolicy, node
 //!    finalizers, missing Pods, MEET/REPLICATE, then what every node says and which are silent,
 //!    and the role labels (outside the planner);
@@ -29,6 +30,7 @@ pub mod act;
 pub mod credentials;
 pub mod dereference;
 pub mod gate;
+pub mod issued;
 pub mod light;
 pub mod live;
 pub mod membership;
@@ -176,6 +178,7 @@ async fn cleanup(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error
     for node in &nodes.objects {
         delete_node(&nodes_api, &pods_api, &node.name_any(), &writes).await?;
     }
+    credentials::forget(ctx, &namespace, &cluster.name_any()).await?;
     let deleted = ClusterEvent::Deleted {
         nodes: nodes.objects.len(),
     };

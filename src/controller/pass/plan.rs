@@ -78,7 +78,8 @@ pub async fn plan(
     tracing::info!(cluster = %pass.key.name, namespace = %pass.namespace, %step, "planned");
     let system = seen.login.credentials.system_users();
     let platform = &render.effective.acl;
-    let (users, unbuilt) = desired_acl(&ctx.fleet, platform, cluster, &seen.passwords, system);
+    let platform: Vec<AclUser> = platform.iter().map(|u| seen.issued.applied_to(u)).collect();
+    let (users, unbuilt) = desired_acl(&ctx.fleet, &platform, cluster, &seen.passwords, system);
     Ok(Planned {
         observed,
         desired,

@@ -18,9 +18,10 @@ use crate::controller::error::Error;
 use crate::controller::events::{ClusterEvent, publish};
 use crate::controller::fence;
 use crate::controller::memory::credentials::Read;
+use crate::controller::pass::issued::IssuedHashes;
 use crate::controller::pass::secrets::PasswordHashes;
 use crate::controller::pass::{Halt, Pass};
-use crate::controller::pass::{credentials, secrets};
+use crate::controller::pass::{credentials, issued, secrets};
 use crate::controller::render::ClusterRender;
 use crate::controller::status::Reason;
 use crate::controller::view::{ClusterNodes, PodView};
@@ -38,6 +39,8 @@ pub struct Seen {
     pub login: Read,
     /// The users' passwords, hashed at once.
     pub passwords: PasswordHashes,
+    /// The hashes of the passwords issued to the config's users for this cluster.
+    pub issued: IssuedHashes,
 }
 
 /// Reads the cluster's TLS trust, nodes and Pods, credentials and users' passwords; a TLS CA
@@ -99,11 +102,13 @@ pub async fn read(
     reach.credentials = login.credentials.logins();
     reach.fence = Some(fence::valkey_fence(&ctx.leadership));
     let passwords = secrets::read_password_hashes(&ctx.client, namespace, cluster).await;
+    let issued = issued::ensure(ctx, render, namespace).await?;
     let seen = Seen {
         reach,
         certificate,
         login,
         passwords,
+        issued,
     };
     Ok((nodes, seen))
 }

@@ -24,7 +24,7 @@ use crate::valkey::{
 use crate::{eventually, metric};
 use valkey_operator::acl::OPERATOR_USER;
 use valkey_operator::credentials::Credentials;
-use valkey_operator::credentials::secret_name;
+use valkey_operator::credentials::{private_secret_name, secret_name};
 use valkey_operator::valkey::NodeClient;
 
 /// The image every test fleet starts on, and the one the guide upgrades to.
@@ -460,21 +460,40 @@ impl Product {
     }
 
     /// Reads the operator's passwords (current, and any of a rotation) from the cluster's
-    /// credentials Secret, so the harness can read what only the operator's user may
-    /// (`CLUSTER NODES`, `ACL LIST`); nothing when the Secret is not there yet.
+    /// private credentials Secret (in the operator's namespace, whichever that is), so the
+    /// harness can read what only the operator's user may (`CLUSTER NODES`, `ACL LIST`);
+    /// nothing when the Secret is not there yet.
     pub fn learn_logins(&self, namespace: &str, name: &str) {
         // One password per line, the current one last (learnt last, so tried first).
         let template = concat!(
             "go-template=",
+            r#"{{range .items}}"#,
             r#"{{with index .data "previous-operator-password"}}{{. | base64decode}}{{"\n"}}{{end}}"#,
             r#"{{with index .data "next-operator-password"}}{{. | base64decode}}{{"\n"}}{{end}}"#,
-            r#"{{with index .data "operator-password"}}{{. | base64decode}}{{end}}"#,
+            r#"{{with index .data "operator-password"}}{{. | base64decode}}{{"\n"}}{{end}}"#,
+            r#"{{end}}"#,
         );
-        let secret = secret_name(name);
-        let args = ["get", "secret", &secret, "-n", namespace, "-o", template];
-        let (read, passwords) = self.try_kubectl(&args, None);
-        if !read {
-            return;
+        // An older operator (tests/e2e_operator_upgrade.rs) kept them in the mounted Secret.
+        let older = secret_name(name);
+        let older = ["get", "secrets", "-n", namespace, "--field-selector"]
+            .map(String::from)
+            .into_iter()
+            .chain([format!("metadata.name={older}")]);
+        let private = ["get", "secrets", "--all-namespaces", "--field-selector"]
+            .map(String::from)
+            .into_iter()
+            .chain([format!(
+                "metadata.name={}",
+                private_secret_name(namespace, name)
+            )]);
+        let mut passwords = String::new();
+        for args in [older.collect::<Vec<_>>(), private.collect()] {
+            let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+            args.extend(["-o", template]);
+            let (read, found) = self.try_kubectl(&args, None);
+            if read {
+                passwords.push_str(&found);
+            }
         }
         for password in passwords.lines().map(str::trim).filter(|p| !p.is_empty()) {
             learn_admin(Credentials {
