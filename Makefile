@@ -7,13 +7,17 @@ export VALKEY_BIN_ROOT := $(CACHE)/valkey
 
 .PHONY: test test-binaries test-unit lint crds manifests tools valkey-bins k8s-bins prometheus-bins node-packages dev chart-lint plugin
 
-## test: fetch/build what the tests need (the tools and the Rust test binaries at once), then run
-## every test of the workspace, two at a time, longest first (hack/run-tests.py; TEST_JOBS=N).
+## test: every test of the workspace, two at a time, longest first (hack/run-tests.py;
+## TEST_JOBS=N). The Valkey binaries first (seconds); then the Go-built tools (the control plane,
+## Prometheus) and the node packages are built beside the Rust build, at a lower priority, and
+## every test that needs none of them runs meanwhile; the previous release's operator (for
+## tests/e2e_operator_upgrade.rs) is built in the background. All of it is cached.
 ## (Benchmarks are compiled by `make lint` but not run here: they print figures, they do not test.)
 TEST_TARGETS := --workspace --lib --bins --tests
-test:
-	$(MAKE) --no-print-directory -j4 tools test-binaries
-	hack/run-tests.py -- $(TEST_TARGETS)
+E2E_TOOLS := nice -n 10 $(MAKE) --no-print-directory -j4 k8s-bins prometheus-bins node-packages
+PREVIOUS_OPERATOR := nice -n 19 hack/build-previous-operator.sh $$(cat hack/previous-operator.commit) >/dev/null
+test: valkey-bins
+	hack/run-tests.py --meanwhile '$(E2E_TOOLS)' --background '$(PREVIOUS_OPERATOR)' -- $(TEST_TARGETS)
 
 ## test-binaries: compile every test binary without running one.
 test-binaries:

@@ -8,10 +8,17 @@ one binary), longest first, each in its own process (`<binary> --exact <test>`).
 listed, so nothing is skipped; a test's output is printed when it ends, whole, and again at the
 end if it failed.
 
-Durations are kept in `target/test-durations.tsv` to order the next run; without them, the
-slow tiers (`e2e_*`, `cluster_*` binaries) go first.
+Durations are kept in `target/test-durations.tsv` to order the next run; without them,
+`hack/test-durations.tsv` (committed) orders it, and without either the slow tiers (`e2e_*`,
+`cluster_*` binaries) go first.
 
-Usage: hack/run-tests.py [--jobs N] -- <cargo test arguments>
+`--meanwhile CMD` starts CMD (a shell command: the Go-built tools) at once, beside the Rust
+build; the tests that need what it makes (the `e2e_*` binaries and testenv's own, which start a
+control plane) wait for it, while every other test runs meanwhile. A failing CMD fails those
+tests, said once. `--background CMD` starts CMD beside everything and waits for nobody (a cache
+a test would otherwise fill itself, such as the previous release's operator).
+
+Usage: hack/run-tests.py [--jobs N] [--meanwhile CMD] [--background CMD] -- <cargo test args>
 """
 
 import argparse
@@ -26,7 +33,35 @@ import time
 from dataclasses import dataclass, field
 
 DURATIONS = "test-durations.tsv"
+COMMITTED_DURATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), DURATIONS)
 SLOW_TIERS = ("e2e_", "cluster_")
+
+
+def needs_tools(binary):
+    """Whether a binary's tests need the control plane's tools (what `--meanwhile` builds)."""
+    return binary.name.startswith("e2e_") or os.path.basename(binary.package_dir) == "testenv"
+
+
+class Meanwhile:
+    """A shell command started at once; `wait` blocks until it ended and says whether it passed."""
+
+    def __init__(self, command):
+        self.command = command
+        self.started = time.monotonic()
+        self.process = subprocess.Popen(command, shell=True) if command else None
+        self.lock = threading.Lock()
+        self.outcome = None
+
+    def wait(self):
+        with self.lock:
+            if self.outcome is None:
+                code = self.process.wait() if self.process else 0
+                self.outcome = code == 0
+                if self.process:
+                    seconds = time.monotonic() - self.started
+                    verdict = "done" if self.outcome else f"FAILED (exit {code})"
+                    print(f"run-tests: `{self.command}` {verdict} after {seconds:.0f}s", flush=True)
+            return self.outcome
 
 
 @dataclass
@@ -109,12 +144,14 @@ def save_durations(path, durations):
 
 
 def order(binary, name, durations):
-    """Longest first: the last run's duration, else the slow tiers before the rest."""
+    """The tests that need no tools first (they run while the tools are built), then longest
+    first: the last run's duration, else the slow tiers before the rest."""
+    waits = 1 if needs_tools(binary) else 0
     known = durations.get(f"{binary.kind}:{binary.name}::{name}")
     if known is not None:
-        return (0, -known)
+        return (waits, 0, -known)
     slow = binary.name.startswith(SLOW_TIERS)
-    return (1, 0 if slow else 1, binary.name, name)
+    return (waits, 1, 0 if slow else 1, binary.name, name)
 
 
 def environment(binary):
@@ -125,8 +162,9 @@ def environment(binary):
 
 
 class Runner:
-    def __init__(self, jobs):
+    def __init__(self, jobs, tools):
         self.jobs = jobs
+        self.tools = tools
         self.lock = threading.Lock()
         self.children = set()
         self.failed = []
@@ -135,6 +173,12 @@ class Runner:
         self.stopping = False
 
     def run_one(self, test):
+        if needs_tools(test.binary) and not self.tools.wait():
+            with self.lock:
+                label = f"{test.binary.name}::{test.name}"
+                self.failed.append((label, f"not run: `{self.tools.command}` failed"))
+                print(f"FAILED    0.0s  {label} (its tools were not built)", flush=True)
+            return
         started = time.monotonic()
         child = subprocess.Popen(
             [test.binary.executable, "--exact", test.name, "--test-threads=1"],
@@ -197,6 +241,8 @@ class Runner:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("TEST_JOBS", "2")))
+    parser.add_argument("--meanwhile", default="", help="builds what the e2e tests need")
+    parser.add_argument("--background", default="", help="runs beside, waited for by nobody")
     parser.add_argument("cargo_args", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     cargo_args = [a for a in args.cargo_args if a != "--"]
@@ -204,10 +250,14 @@ def main():
         sys.exit("run-tests: --jobs must be at least 1")
 
     started = time.monotonic()
+    tools = Meanwhile(args.meanwhile)
+    background = Meanwhile(args.background)
     binaries = build(cargo_args)
+    print(f"run-tests: the test binaries built in {time.monotonic() - started:.0f}s", flush=True)
     target_dir = os.environ.get("CARGO_TARGET_DIR", "target")
     durations_path = os.path.join(target_dir, DURATIONS)
-    durations = load_durations(durations_path)
+    durations = load_durations(COMMITTED_DURATIONS)
+    durations.update(load_durations(durations_path))
     tests = [
         Test(order(binary, name, durations), binary, name)
         for binary in binaries
@@ -215,7 +265,7 @@ def main():
     ]
     print(f"run-tests: {len(tests)} tests in {len(binaries)} binaries, {args.jobs} at a time", flush=True)
 
-    runner = Runner(args.jobs)
+    runner = Runner(args.jobs, tools)
     signal.signal(signal.SIGTERM, lambda *_: runner.stop())
     try:
         runner.run(tests)
@@ -224,6 +274,10 @@ def main():
         raise
     durations.update(runner.durations)
     save_durations(durations_path, durations)
+    tools.wait()
+    if background.process and background.process.poll() is None:
+        print(f"run-tests: waiting for `{background.command}`", flush=True)
+    background.wait()
 
     longest = sorted(runner.durations.items(), key=lambda item: -item[1])[:10]
     print("\nrun-tests: the longest tests:")

@@ -15,8 +15,9 @@ use harness::valkey::config_get;
 use serde_json::Value;
 
 /// The release upgraded from: main before this contract (its binary is built once from this
-/// repository's history by `hack/build-previous-operator.sh`, and cached).
-const PREVIOUS: &str = "f97e21d2c7fa4db2eb175ecdfdc9dc39123149d7";
+/// repository's history by `hack/build-previous-operator.sh`, and cached; `make test` builds it
+/// in the background from the same file).
+const PREVIOUS: &str = include_str!("../hack/previous-operator.commit").trim_ascii();
 
 const NAMESPACE: &str = "upgrade";
 
