@@ -341,3 +341,87 @@ async fn replaced_certificate_files_are_served_without_a_restart() {
     assert_eq!(response.status(), 200);
     server.stop().await;
 }
+
+/// The probes' own listener answers while strangers hold every connection the HTTPS port
+/// allows: the kubelet never restarts the operator for a flood.
+#[tokio::test]
+async fn the_probes_listener_answers_while_the_https_port_is_full() {
+    use std::sync::{Arc, RwLock};
+    use valkey_operator::cli::supervise::Health;
+    use valkey_operator::fleet::caches::Readiness;
+    use valkey_operator::server::limits::ServerLimits;
+    use valkey_operator::server::metrics_access::MetricsAccess;
+    use valkey_operator::server::{self, AppState};
+
+    let dir = tempfile::tempdir().unwrap();
+    let limits = ServerLimits {
+        max_connections: 4,
+        handshake_timeout: Duration::from_secs(60),
+        ..ServerLimits::default()
+    };
+    let https = TestServer::start_limited(dir.path(), fleet(), Policy::default(), limits).await;
+    let state = AppState {
+        fleet: Arc::new(RwLock::new(fleet())),
+        readiness: Arc::new(Readiness::synced()),
+        metrics: https.metrics.clone(),
+        policy: Arc::new(Policy::default()),
+        limits: ServerLimits::default(),
+        metrics_access: MetricsAccess::Open,
+        certified_callers: false,
+    };
+    let probes = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let probes_port = probes.local_addr().unwrap().port();
+    let app = server::health_router(state, Arc::new(Health::default()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server::serve_health(probes, app, async move {
+        let _ = stopped.await;
+    }));
+
+    // Four strangers connect and say nothing: the HTTPS port has no room left.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", https.port))
+                .await
+                .unwrap(),
+        );
+    }
+    let refused = https
+        .client
+        .get(format!("{}/healthz", https.base_url))
+        .timeout(Duration::from_secs(3))
+        .send()
+        .await;
+    assert!(
+        refused.is_err(),
+        "the HTTPS port still had room: {refused:?}"
+    );
+    for path in ["/healthz", "/readyz"] {
+        let answer = plain_get(probes_port, path).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
+        assert!(answer.ends_with("\r\n\r\nok\n"), "{path}: {answer}");
+    }
+    // The probes' listener serves nothing else.
+    let other = plain_get(probes_port, "/metrics").await;
+    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+    drop(held);
+    let _ = stop.send(());
+    https.stop().await;
+}
+
+/// `GET path` over plain HTTP/1.1 on a loopback port: the whole answer.
+async fn plain_get(port: u16, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    let read = stream.read_to_string(&mut answer);
+    tokio::time::timeout(Duration::from_secs(3), read)
+        .await
+        .unwrap()
+        .unwrap();
+    answer
+}

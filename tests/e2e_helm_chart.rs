@@ -75,7 +75,8 @@ fn chart_lints_clean_and_renders_what_the_operator_needs() {
 
     let objects = render(&helm, &[]);
 
-    // The Deployment: hardened, probed over HTTPS, serving on 8443 with the mounted certificate.
+    // The Deployment: hardened, serving on 8443 with the mounted certificate, probed over plain
+    // HTTP on a port of their own (8081) that a flood of 8443 cannot fill.
     let deployment = find(&objects, "Deployment");
     assert_eq!(deployment["spec"]["replicas"], 2);
     // Every cluster's NetworkPolicy lets the operator in by this label.
@@ -97,6 +98,8 @@ fn chart_lints_clean_and_renders_what_the_operator_needs() {
             "serve",
             "--listen",
             "0.0.0.0:8443",
+            "--health-listen",
+            "0.0.0.0:8081",
             "--tls-cert",
             "/tls/tls.crt",
             "--tls-key",
@@ -109,14 +112,15 @@ fn chart_lints_clean_and_renders_what_the_operator_needs() {
     );
     let tuned = render(&helm, &["--set", "operator.maxConcurrentReconciles=40"]);
     let args = &find(&tuned, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"];
-    assert_eq!(args[8], "40", "{args}");
+    assert_eq!(args[10], "40", "{args}");
     let security = &container["securityContext"];
     assert_eq!(security["readOnlyRootFilesystem"], true);
     assert_eq!(security["allowPrivilegeEscalation"], false);
     assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
     for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
         assert_eq!(container[probe]["httpGet"]["path"], path);
-        assert_eq!(container[probe]["httpGet"]["scheme"], "HTTPS");
+        assert_eq!(container[probe]["httpGet"]["scheme"], "HTTP");
+        assert_eq!(container[probe]["httpGet"]["port"], "probes");
     }
     for kind in ["requests", "limits"] {
         assert!(container["resources"][kind]["cpu"].is_string(), "{kind}");
@@ -135,6 +139,7 @@ fn chart_lints_clean_and_renders_what_the_operator_needs() {
     let service = find(&objects, "Service");
     assert_eq!(service["spec"]["ports"][0]["port"], 443);
     assert_eq!(container["ports"][0]["containerPort"], 8443);
+    assert_eq!(container["ports"][1]["containerPort"], 8081);
 
     // RBAC without wildcards.
     for kind in ["ClusterRole", "Role"] {

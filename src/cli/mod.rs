@@ -78,6 +78,10 @@ pub enum Command {
     Serve {
         #[arg(long, env = "VALKEY_OPERATOR_LISTEN", default_value = "127.0.0.1:8443")]
         listen: SocketAddr,
+        /// Also serve `/healthz` and `/readyz` over plain HTTP here, for the kubelet's probes
+        /// (the chart: `0.0.0.0:8081`), so a flood of the HTTPS port cannot fail them.
+        #[arg(long, env = "VALKEY_OPERATOR_HEALTH_LISTEN")]
+        health_listen: Option<SocketAddr>,
         #[arg(
             long,
             env = "VALKEY_OPERATOR_TLS_CERT",
@@ -177,6 +181,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Serve {
             listen,
+            health_listen,
             tls_cert,
             tls_key,
             cert_reload_seconds,
@@ -188,7 +193,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             metrics_auth,
         } => {
             serve(
-                listen,
+                Listeners {
+                    https: listen,
+                    health: health_listen,
+                },
                 ListenOptions {
                     certificate: CertificatePaths {
                         cert: tls_cert,
@@ -249,8 +257,14 @@ const STOP_GRACE: Duration = Duration::from_secs(15);
 
 /// Serves webhooks and runs the controller while leading, all as supervised tasks: SIGTERM or
 /// Ctrl-C stops them and returns `Ok`; any of them dying first stops the rest and returns why.
+/// Where the server listens: HTTPS for everything, and plain HTTP for the probes if asked.
+struct Listeners {
+    https: SocketAddr,
+    health: Option<SocketAddr>,
+}
+
 async fn serve(
-    listen: SocketAddr,
+    listen: Listeners,
     options: ListenOptions,
     namespace: &str,
     identity: String,
@@ -269,8 +283,11 @@ async fn serve(
     };
     tracing::info!(?settings, "operator settings");
     let me = node_writer(&client).await;
-    let listener =
-        std::net::TcpListener::bind(listen).with_context(|| format!("listening on {listen}"))?;
+    let bind = |address: SocketAddr| {
+        std::net::TcpListener::bind(address).with_context(|| format!("listening on {address}"))
+    };
+    let listener = bind(listen.https)?;
+    let health_listener = listen.health.map(bind).transpose()?;
     let state = AppState {
         fleet: Arc::new(RwLock::new(Fleet::default())),
         readiness: Arc::new(Readiness::default()),
@@ -316,7 +333,17 @@ async fn serve(
     // not reconciling when another replica takes over.
     tasks.spawn_until_stopped("controller", controller);
 
-    tracing::info!(%listen, "serving HTTPS");
+    if let Some(probes) = health_listener {
+        tracing::info!(listen = ?listen.health, "serving /healthz and /readyz over HTTP");
+        let app = server::health_router(state.clone(), health.clone());
+        let stopping = tasks.stopping();
+        tasks.spawn("health-server", async move {
+            server::serve_health(probes, app, stopping)
+                .await
+                .context("serving the health probes")
+        });
+    }
+    tracing::info!(listen = %listen.https, "serving HTTPS");
     spawn_server(&mut tasks, client, listener, options, state, health);
     tasks.run(shutdown_signal()).await?;
     Ok(())

@@ -1,6 +1,8 @@
-//! The one HTTPS listener: the admission router mounted beside `/metrics`, `/healthz` and
+//! The HTTPS listener: the admission router mounted beside `/metrics`, `/healthz` and
 //! `/readyz`, served by axum over rustls with certificate reload, until the shutdown signal,
-//! within the [`limits`] that keep one client from starving the others.
+//! within the [`limits`] that keep one client from starving the others. And, where asked for
+//! (`serve --health-listen`), a plain HTTP listener of `/healthz` and `/readyz` alone, for the
+//! kubelet's probes: a flood of the HTTPS port cannot make them fail and restart the operator.
 
 pub mod limits;
 pub mod metrics_access;
@@ -83,6 +85,58 @@ pub fn router_with_health(state: AppState, health: Arc<Health>, guarded: Router)
         .with_state(state)
         .merge(health)
         .merge(admission)
+}
+
+/// `/healthz` and `/readyz` alone, for a listener of their own ([`serve_health`]).
+pub fn health_router(state: AppState, health: Arc<Health>) -> Router {
+    let liveness = Router::new()
+        .route("/healthz", get(healthz))
+        .with_state(health);
+    Router::new()
+        .route("/readyz", get(readyz))
+        .with_state(state)
+        .merge(liveness)
+}
+
+/// How many probe connections the health listener holds at once: the kubelet opens one per
+/// probe; more are dropped at once.
+const HEALTH_CONNECTIONS: usize = 16;
+
+/// Serves `app` over plain HTTP on `listener` until `shutdown` completes: at most
+/// [`HEALTH_CONNECTIONS`] connections at once, each closed after its first answer or 5 s.
+pub async fn serve_health(
+    listener: std::net::TcpListener,
+    app: Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let open = Arc::new(tokio::sync::Semaphore::new(HEALTH_CONNECTIONS));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                // A connection that failed before it was accepted: the next one may not.
+                Err(_) => continue,
+            },
+            () = &mut shutdown => return Ok(()),
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(5))
+                .keep_alive(false)
+                .serve_connection(io, service);
+            let _ = tokio::time::timeout(Duration::from_secs(5), connection).await;
+            drop(permit);
+        });
+    }
 }
 
 /// Refuses a webhook request whose connection presented no client certificate (one that
