@@ -391,10 +391,12 @@ async fn chart_installs_upgrades_and_uninstalls_and_the_operator_runs_under_its_
         &["get", "configmap/valkey-operator-config", "-n", NAMESPACE]
     ));
     assert!(!identity.can_i(&plane, &["create", "valkeyimages.valkey.gomomento.com"]));
-    // Secrets are read (users' passwordSecretRef), never written.
+    // Secrets are read (users' passwordSecretRef), never updated; deleted only in the
+    // operator's own namespace (a deleted cluster's private Secrets there), nowhere else.
     assert!(identity.can_i(&plane, &["get", "secrets", "-n", NAMESPACE]));
     assert!(!identity.can_i(&plane, &["update", "secrets", "-n", NAMESPACE]));
-    assert!(!identity.can_i(&plane, &["delete", "secrets", "-n", NAMESPACE]));
+    assert!(identity.can_i(&plane, &["delete", "secrets", "-n", NAMESPACE]));
+    assert!(!identity.can_i(&plane, &["delete", "secrets", "-n", "default"]));
     assert!(!identity.can_i(&plane, &["get", "configmap/other", "-n", NAMESPACE]));
 
     let mut operator = Operator::start(&identity, "operator.log");

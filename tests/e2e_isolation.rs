@@ -213,4 +213,29 @@ async fn a_team_reads_no_credential_that_changes_its_nodes_or_opens_another_team
         }
     }
     println!("{PLATFORM_USER}: each cluster's issued password logs in there only");
+
+    // A deleted cluster's Secrets in the operator's namespace go with it (nothing owns them).
+    product.kubectl(&[
+        "delete",
+        "valkeycluster",
+        "b",
+        "-n",
+        "team-b",
+        "--wait=false",
+    ]);
+    for name in [
+        private_secret_name("team-b", "b"),
+        issued_secret_name("team-b", "b"),
+    ] {
+        harness::eventually(
+            format!("{name} to be deleted with its cluster"),
+            Duration::from_secs(60),
+            async || {
+                let args = ["get", "secret", &name, "-n", OPERATOR_NAMESPACE];
+                let (found, said) = product.try_kubectl(&args, None);
+                (!found && said.contains("NotFound")).then_some(())
+            },
+        )
+        .await;
+    }
 }

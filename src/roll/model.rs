@@ -230,7 +230,7 @@ pub struct RollMemory {
     /// Joiners of the desired revision whose Pods were removed (deleted, or gone with their
     /// machine) before they joined, lately, kept like [`RollMemory::lost_joins`]: no revision
     /// causes that, so past the same bound the stall is the cluster's own
-    /// ([`StallReason::JoinersRemoved`](crate::roll::StallReason::JoinersRemoved)).
+    /// ([`StallReason::JoinersRemoved`]).
     pub removed_joins: u32,
     /// The last switchover a person asked for that was carried out ([`Switchover::id`]),
     /// recorded before it is issued, so it is never issued twice.
