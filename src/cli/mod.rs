@@ -335,13 +335,7 @@ async fn serve(
 
     if let Some(probes) = health_listener {
         tracing::info!(listen = ?listen.health, "serving /healthz and /readyz over HTTP");
-        let app = server::health_router(state.clone(), health.clone());
-        let stopping = tasks.stopping();
-        tasks.spawn("health-server", async move {
-            server::serve_health(probes, app, stopping)
-                .await
-                .context("serving the health probes")
-        });
+        spawn_health_server(&mut tasks, probes, &state, &health);
     }
     tracing::info!(listen = %listen.https, "serving HTTPS");
     spawn_server(&mut tasks, client, listener, options, state, health);
@@ -398,6 +392,22 @@ fn spawn_election(
     tasks.spawn("leader-election", async move {
         leader::run(client, lease, leading, stopping).await;
         Ok(())
+    });
+}
+
+/// Serves the probes' plain HTTP listener until the stop signal.
+fn spawn_health_server(
+    tasks: &mut Supervisor,
+    listener: std::net::TcpListener,
+    state: &AppState,
+    health: &Arc<Health>,
+) {
+    let app = server::health_router(state.clone(), health.clone());
+    let stopping = tasks.stopping();
+    tasks.spawn("health-server", async move {
+        server::serve_health(listener, app, stopping)
+            .await
+            .context("serving the health probes")
     });
 }
 
