@@ -122,7 +122,8 @@ impl Passwords {
     }
 }
 
-fn random_password() -> Result<String, getrandom::Error> {
+/// 256 random bits as 64 hex digits: nothing for a config file to quote.
+pub(crate) fn random_password() -> Result<String, getrandom::Error> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())

@@ -166,7 +166,8 @@ fn versions_now(ctx: &Context, places: &Places, namespace: &str) -> Option<Strin
     Some(format!("{private}/{mounted}"))
 }
 
-fn created() -> PostParams {
+/// How the operator creates what it owns: under its field manager.
+pub(super) fn created() -> PostParams {
     PostParams {
         field_manager: Some(MANAGER.into()),
         ..Default::default()

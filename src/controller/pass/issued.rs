@@ -15,17 +15,17 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Map, Value, json};
 
 use crate::acl::password_hash;
 use crate::api::AclUser;
-use crate::api::field_managers::CONTROLLER as MANAGER;
 use crate::controller::context::Context;
 use crate::controller::error::Error;
+use crate::controller::pass::credentials::created;
 use crate::controller::render::ClusterRender;
-use crate::credentials::issued_secret_name;
+use crate::credentials::{issued_secret_name, random_password};
 
 /// The config's users the operator issues a password to: those that bring none.
 pub fn needs_issuing(user: &AclUser) -> bool {
@@ -97,11 +97,7 @@ pub async fn ensure(
             data: Some(encoded(&wanted)),
             ..Default::default()
         };
-        let create = PostParams {
-            field_manager: Some(MANAGER.into()),
-            ..Default::default()
-        };
-        api.create(&create, &secret).await?;
+        api.create(&created(), &secret).await?;
     } else if wanted != held {
         let mut data: Map<String, Value> = held.keys().map(|k| (k.clone(), Value::Null)).collect();
         for (user, password) in encoded(&wanted) {
@@ -139,12 +135,6 @@ fn issue(
 /// not issued by it, and is replaced.
 fn is_issued(password: &str) -> bool {
     password.len() == 64 && password.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-fn random_password() -> Result<String, getrandom::Error> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn encoded(passwords: &BTreeMap<String, String>) -> BTreeMap<String, ByteString> {
