@@ -425,3 +425,153 @@ async fn plain_get(port: u16, path: &str) -> String {
         .unwrap();
     answer
 }
+
+/// A server that asks callers for the API server's client certificate keeps places for it:
+/// strangers that hold every other place, and more, cannot shut a certified caller out.
+#[tokio::test]
+async fn strangers_cannot_take_the_places_kept_for_the_api_servers_certificate() {
+    use std::sync::{Arc, RwLock};
+    use tokio_rustls::rustls;
+    use valkey_operator::fleet::caches::Readiness;
+    use valkey_operator::metrics::Metrics;
+    use valkey_operator::server::limits::ServerLimits;
+    use valkey_operator::server::metrics_access::MetricsAccess;
+    use valkey_operator::server::tls::CertificatePaths;
+    use valkey_operator::server::{self, AppState, ListenOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    write_certificates(dir.path());
+    let (client_ca, client) = client_certificate(dir.path());
+    let limits = ServerLimits {
+        max_connections: 6,
+        reserved_for_certified: 2,
+        handshake_timeout: Duration::from_secs(60),
+        ..ServerLimits::default()
+    };
+    server::tls::install_crypto_provider();
+    let metrics = Arc::new(Metrics::new().unwrap());
+    let state = AppState {
+        fleet: Arc::new(RwLock::new(fleet())),
+        readiness: Arc::new(Readiness::synced()),
+        metrics: metrics.clone(),
+        policy: Arc::new(Policy::default()),
+        limits: limits.clone(),
+        metrics_access: MetricsAccess::Open,
+        certified_callers: true,
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let options = ListenOptions {
+        certificate: CertificatePaths {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+            client_ca: Some(client_ca),
+        },
+        reload_interval: Duration::from_secs(60),
+        limits,
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(server::serve_https(
+        listener,
+        server::router(state),
+        options,
+        metrics.clone(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+
+    // Four strangers take every place but the two kept, and say nothing.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap(),
+        );
+    }
+    let trust = rustls_client_config(&dir.path().join("ca.crt"));
+    // A fifth, without a certificate, gets through the handshake on a kept place, and no answer.
+    let stranger = healthz_over_tls(port, Arc::new(trust)).await;
+    assert!(!stranger.starts_with("HTTP/1.1 200"), "{stranger}");
+    // The API server's certificate is answered, twice at once.
+    let certified = Arc::new(with_identity(&dir.path().join("ca.crt"), &client));
+    let (first, second) = tokio::join!(
+        healthz_over_tls(port, certified.clone()),
+        healthz_over_tls(port, certified.clone())
+    );
+    for answer in [first, second] {
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    let text = metrics.render().unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.contains("reason=\"reserved\"") && !l.ends_with(" 0")),
+        "{text}"
+    );
+    drop(held);
+    let _ = stop.send(());
+    let _ = served.await;
+
+    fn client_certificate(dir: &std::path::Path) -> (std::path::PathBuf, (String, String)) {
+        use rcgen::{
+            BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+            KeyUsagePurpose,
+        };
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let path = dir.join("webhook-client-ca.crt");
+        std::fs::write(&path, ca_cert.pem()).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["kube-apiserver".to_owned()]).unwrap();
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        (path, (cert.pem(), key.serialize_pem()))
+    }
+
+    fn with_identity(ca: &std::path::Path, identity: &(String, String)) -> rustls::ClientConfig {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let chain = vec![CertificateDer::from_pem_slice(identity.0.as_bytes()).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(identity.1.as_bytes()).unwrap();
+        rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .unwrap()
+    }
+}
+
+/// `GET /healthz` over TLS to `localhost:port` with `config`: the whole answer, or what
+/// went wrong.
+async fn healthz_over_tls(
+    port: u16,
+    config: std::sync::Arc<tokio_rustls::rustls::ClientConfig>,
+) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        let name = tokio_rustls::rustls::pki_types::ServerName::try_from("localhost")
+            .map_err(std::io::Error::other)?;
+        let mut tls = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await?;
+        let request = "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+        tls.write_all(request.as_bytes()).await?;
+        let mut answer = String::new();
+        tls.read_to_string(&mut answer).await?;
+        Ok::<_, std::io::Error>(answer)
+    };
+    match tokio::time::timeout(Duration::from_secs(5), exchange).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(error)) => format!("failed: {error}"),
+        Err(_) => "failed: no answer within 5 s".to_owned(),
+    }
+}

@@ -6,7 +6,11 @@
 //! 1. **connections**: at most [`ServerLimits::max_connections`] open at once, and at most
 //!    [`ServerLimits::max_connections_per_peer`] from one IP address, so that one flooding host
 //!    cannot shut out the API server; the next one is closed at accept, before its TLS handshake
-//!    costs anything ([`ConnectionCap`]);
+//!    costs anything ([`ConnectionCap`]). Where callers are certified (`--webhook-client-ca`),
+//!    [`ServerLimits::reserved_for_certified`] of them are kept for connections that present the
+//!    API server's client certificate: past the rest, a connection is let through the handshake
+//!    on a reserved place and closed after it unless it presented one ([`CertifiedReserve`]), so
+//!    many flooding hosts together cannot shut out the API server either;
 //! 2. **handshake and headers**: a TLS handshake within [`ServerLimits::handshake_timeout`], the
 //!    first request and each request's headers within [`ServerLimits::header_timeout`]; HTTP/2
 //!    allows a few streams per connection and bounded headers (set in `serve_https`);
@@ -20,6 +24,7 @@
 //!    timeout so the API server hears a reason rather than a dropped call.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
@@ -36,6 +41,7 @@ use axum_server::accept::Accept;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::server::TlsStream;
 
 use crate::admission::http::MAX_BODY_BYTES;
 use crate::metrics::Metrics;
@@ -44,6 +50,9 @@ use crate::metrics::Metrics;
 #[derive(Clone, Debug)]
 pub struct ServerLimits {
     pub max_connections: usize,
+    /// Of `max_connections`, how many only a caller with a verified client certificate keeps,
+    /// where the server asks for one (see [`CertifiedReserve`]).
+    pub reserved_for_certified: usize,
     pub max_connections_per_peer: usize,
     pub max_in_flight: usize,
     pub max_in_flight_per_peer: usize,
@@ -63,6 +72,8 @@ impl Default for ServerLimits {
     fn default() -> Self {
         Self {
             max_connections: 256,
+            // An API server (or a few, behind a load balancer) keeps a handful of connections.
+            reserved_for_certified: 32,
             // An API server keeps a few connections (HTTP/2) or a small pool (HTTP/1.1).
             max_connections_per_peer: 64,
             // 32 × 4 MiB = 128 MiB at worst, inside the chart's 512 MiB with the controller.
@@ -236,26 +247,39 @@ impl Drop for PeerClaim {
 }
 
 /// An acceptor (inside the TLS one) that closes a connection beyond the cap, or beyond its
-/// peer's share, at once; each accepted connection holds its permits until it closes.
+/// peer's share, at once; each accepted connection holds its permits until it closes. With a
+/// reserve (`certified`), a connection past the rest takes a reserved place, which
+/// [`CertifiedReserve`] takes back after the handshake unless it presented a certificate.
 #[derive(Clone)]
 pub struct ConnectionCap {
     open: Arc<Semaphore>,
+    reserved: Arc<Semaphore>,
     per_peer: usize,
     peers: PeerCounts,
     metrics: Arc<Metrics>,
 }
 
 impl ConnectionCap {
-    pub fn new(limits: &ServerLimits, metrics: Arc<Metrics>) -> Self {
+    /// `certified`: the server asks callers for a client certificate, so a reserve can be kept.
+    pub fn new(limits: &ServerLimits, certified: bool, metrics: Arc<Metrics>) -> Self {
+        let reserved = if certified {
+            limits.reserved_for_certified.min(limits.max_connections)
+        } else {
+            0
+        };
         Self {
-            open: Arc::new(Semaphore::new(limits.max_connections)),
+            open: Arc::new(Semaphore::new(limits.max_connections - reserved)),
+            reserved: Arc::new(Semaphore::new(reserved)),
             per_peer: limits.max_connections_per_peer,
             peers: PeerCounts::default(),
             metrics,
         }
     }
 
-    fn admit(&self, stream: &TcpStream) -> io::Result<(OwnedSemaphorePermit, Option<PeerClaim>)> {
+    fn admit(
+        &self,
+        stream: &TcpStream,
+    ) -> io::Result<(OwnedSemaphorePermit, Place, Option<PeerClaim>)> {
         let peer_claim = match stream.peer_addr() {
             Ok(address) => Some(
                 self.peers
@@ -265,13 +289,24 @@ impl ConnectionCap {
             // A connection already gone; the handshake will fail on its own.
             Err(_) => None,
         };
-        let permit = self
-            .open
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| io::Error::other("too many open connections"))?;
-        Ok((permit, peer_claim))
+        let (permit, place) = match self.open.clone().try_acquire_owned() {
+            Ok(permit) => (permit, Place::Open),
+            Err(_) => {
+                let permit = self.reserved.clone().try_acquire_owned();
+                let permit = permit.map_err(|_| io::Error::other("too many open connections"))?;
+                (permit, Place::Reserved)
+            }
+        };
+        Ok((permit, place, peer_claim))
     }
+}
+
+/// Where an accepted connection counts: among the open places, or on one kept for certified
+/// callers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Open,
+    Reserved,
 }
 
 impl<S> Accept<TcpStream, S> for ConnectionCap {
@@ -281,10 +316,11 @@ impl<S> Accept<TcpStream, S> for ConnectionCap {
 
     fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
         std::future::ready(match self.admit(&stream) {
-            Ok((permit, peer_claim)) => Ok((
+            Ok((permit, place, peer_claim)) => Ok((
                 Counted {
                     stream,
                     _permit: permit,
+                    place,
                     _peer_claim: peer_claim,
                 },
                 service,
@@ -301,7 +337,60 @@ impl<S> Accept<TcpStream, S> for ConnectionCap {
 pub struct Counted<I> {
     stream: I,
     _permit: OwnedSemaphorePermit,
+    place: Place,
     _peer_claim: Option<PeerClaim>,
+}
+
+impl<I> Counted<I> {
+    /// It holds a place kept for certified callers.
+    fn on_reserve(&self) -> bool {
+        self.place == Place::Reserved
+    }
+}
+
+/// The acceptor around the TLS one: a connection on a reserved place that presented no client
+/// certificate is closed once its handshake is done (a certificate that does not verify never
+/// completes the handshake). Every other connection passes as it is.
+#[derive(Clone)]
+pub struct CertifiedReserve<A> {
+    inner: A,
+    metrics: Arc<Metrics>,
+}
+
+impl<A> CertifiedReserve<A> {
+    pub fn new(inner: A, metrics: Arc<Metrics>) -> Self {
+        Self { inner, metrics }
+    }
+}
+
+impl<A, S> Accept<TcpStream, S> for CertifiedReserve<A>
+where
+    A: Accept<TcpStream, S, Stream = TlsStream<Counted<TcpStream>>>,
+    A::Future: Send + 'static,
+    A::Service: Send + 'static,
+{
+    type Stream = TlsStream<Counted<TcpStream>>;
+    type Service = A::Service;
+    type Future = Pin<Box<dyn Future<Output = io::Result<(Self::Stream, A::Service)>> + Send>>;
+
+    fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
+        let accepting = self.inner.accept(stream, service);
+        let metrics = self.metrics.clone();
+        Box::pin(async move {
+            let (stream, service) = accepting.await?;
+            let (counted, session) = stream.get_ref();
+            let certified = session
+                .peer_certificates()
+                .is_some_and(|certificates| !certificates.is_empty());
+            if counted.on_reserve() && !certified {
+                metrics.server_refused("reserved");
+                return Err(io::Error::other(
+                    "a place kept for the API server, taken by a caller without its certificate",
+                ));
+            }
+            Ok((stream, service))
+        })
+    }
 }
 
 impl<I: AsyncRead + Unpin> AsyncRead for Counted<I> {

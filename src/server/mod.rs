@@ -27,7 +27,7 @@ use crate::cli::supervise::Health;
 use crate::fleet::Fleet;
 use crate::fleet::caches::Readiness;
 use crate::metrics::Metrics;
-use limits::{ConnectionCap, Gate, ServerLimits};
+use limits::{CertifiedReserve, ConnectionCap, Gate, ServerLimits};
 use metrics_access::{MetricsAccess, Verdict};
 use tls::CertificatePaths;
 
@@ -238,9 +238,11 @@ pub async fn serve_https(
         stopper.graceful_shutdown(Some(Duration::from_secs(10)));
     });
     let limits = &options.limits;
+    let certified = options.certificate.client_ca.is_some();
     let acceptor = RustlsAcceptor::new(served)
         .handshake_timeout(limits.handshake_timeout)
-        .acceptor(ConnectionCap::new(limits, metrics.clone()));
+        .acceptor(ConnectionCap::new(limits, certified, metrics.clone()));
+    let acceptor = CertifiedReserve::new(acceptor, metrics.clone());
     let counted = metrics.clone();
     let mut server = axum_server::from_tcp(listener)?
         .acceptor(acceptor)
