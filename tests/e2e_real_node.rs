@@ -399,10 +399,20 @@ async fn a_killed_a_hung_primary_and_a_drained_node_lose_no_replicated_write_on_
     eventually(
         "the hung primary killed by the kubelet",
         Duration::from_secs(40),
+        // The kubelet's own word (its `Killing` event): the Pod itself may already be gone,
+        // retired by the operator once its shard was taken over.
         async || {
-            let pod = pod(&product, &hung_primary);
-            let failed = pod["status"]["phase"] == "Failed";
-            (failed && pod["metadata"]["deletionTimestamp"].is_null()).then_some(())
+            let selector = format!("involvedObject.name={hung_primary},reason=Killing");
+            let args = [
+                "get",
+                "events",
+                "-n",
+                NAMESPACE,
+                "--field-selector",
+                &selector,
+            ];
+            let (read, events) = product.try_kubectl(&[&args[..], &["-o", "name"]].concat(), None);
+            (read && !events.trim().is_empty()).then_some(())
         },
     )
     .await;
