@@ -430,17 +430,11 @@ async fn plain_get(port: u16, path: &str) -> String {
 /// strangers that hold every other place, and more, cannot shut a certified caller out.
 #[tokio::test]
 async fn strangers_cannot_take_the_places_kept_for_the_api_servers_certificate() {
-    use std::sync::{Arc, RwLock};
+    use std::sync::Arc;
     use tokio_rustls::rustls;
-    use valkey_operator::fleet::caches::Readiness;
-    use valkey_operator::metrics::Metrics;
     use valkey_operator::server::limits::ServerLimits;
-    use valkey_operator::server::metrics_access::MetricsAccess;
-    use valkey_operator::server::tls::CertificatePaths;
-    use valkey_operator::server::{self, AppState, ListenOptions};
 
     let dir = tempfile::tempdir().unwrap();
-    write_certificates(dir.path());
     let (client_ca, client) = client_certificate(dir.path());
     let limits = ServerLimits {
         max_connections: 6,
@@ -448,38 +442,10 @@ async fn strangers_cannot_take_the_places_kept_for_the_api_servers_certificate()
         handshake_timeout: Duration::from_secs(60),
         ..ServerLimits::default()
     };
-    server::tls::install_crypto_provider();
-    let metrics = Arc::new(Metrics::new().unwrap());
-    let state = AppState {
-        fleet: Arc::new(RwLock::new(fleet())),
-        readiness: Arc::new(Readiness::synced()),
-        metrics: metrics.clone(),
-        policy: Arc::new(Policy::default()),
-        limits: limits.clone(),
-        metrics_access: MetricsAccess::Open,
-        certified_callers: true,
-    };
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let options = ListenOptions {
-        certificate: CertificatePaths {
-            cert: dir.path().join("tls.crt"),
-            key: dir.path().join("tls.key"),
-            client_ca: Some(client_ca),
-        },
-        reload_interval: Duration::from_secs(60),
-        limits,
-    };
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(server::serve_https(
-        listener,
-        server::router(state),
-        options,
-        metrics.clone(),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let server =
+        TestServer::start_certified(dir.path(), fleet(), Policy::default(), limits, client_ca)
+            .await;
+    let port = server.port;
 
     // Four strangers take every place but the two kept, and say nothing.
     let mut held = Vec::new();
@@ -503,15 +469,14 @@ async fn strangers_cannot_take_the_places_kept_for_the_api_servers_certificate()
     for answer in [first, second] {
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     }
-    let text = metrics.render().unwrap();
+    let text = server.metrics.render().unwrap();
     assert!(
         text.lines()
             .any(|l| l.contains("reason=\"reserved\"") && !l.ends_with(" 0")),
         "{text}"
     );
     drop(held);
-    let _ = stop.send(());
-    let _ = served.await;
+    server.stop().await;
 
     fn client_certificate(dir: &std::path::Path) -> (std::path::PathBuf, (String, String)) {
         use rcgen::{

@@ -106,8 +106,23 @@ impl TestServer {
             Duration::from_secs(60),
             Readiness::synced(),
             limits,
+            None,
         )
         .await
+    }
+
+    /// [`Self::start_limited`], asking callers for a client certificate signed by `client_ca`
+    /// (`serve --webhook-client-ca`).
+    pub async fn start_certified(
+        dir: &Path,
+        fleet: Fleet,
+        policy: Policy,
+        limits: ServerLimits,
+        client_ca: PathBuf,
+    ) -> Self {
+        let (reload, readiness) = (Duration::from_secs(60), Readiness::synced());
+        let ca = Some(client_ca);
+        Self::start_server(dir, fleet, policy, reload, readiness, limits, ca).await
     }
 
     pub async fn start_with(
@@ -118,7 +133,7 @@ impl TestServer {
         readiness: Readiness,
     ) -> Self {
         let limits = ServerLimits::default();
-        Self::start_server(dir, fleet, policy, reload_interval, readiness, limits).await
+        Self::start_server(dir, fleet, policy, reload_interval, readiness, limits, None).await
     }
 
     async fn start_server(
@@ -128,6 +143,7 @@ impl TestServer {
         reload_interval: Duration,
         readiness: Readiness,
         limits: ServerLimits,
+        client_ca: Option<PathBuf>,
     ) -> Self {
         tls::install_crypto_provider();
         write_certificates(dir);
@@ -139,7 +155,7 @@ impl TestServer {
             policy: Arc::new(policy),
             limits: limits.clone(),
             metrics_access: MetricsAccess::Open,
-            certified_callers: false,
+            certified_callers: client_ca.is_some(),
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -148,7 +164,7 @@ impl TestServer {
             certificate: CertificatePaths {
                 cert: dir.join("tls.crt"),
                 key: dir.join("tls.key"),
-                client_ca: None,
+                client_ca,
             },
             reload_interval,
             limits,
