@@ -726,13 +726,19 @@ fn an_evicted_replica_is_replaced_before_it_is_retired() {
     );
 }
 
-#[test]
-fn new_joiners_whose_pods_are_removed_stall_for_the_clusters_own_cause() {
+/// `j0`, a joiner of the new revision whose server has stopped for good.
+fn dead_new_joiner() -> ObservedNode {
     let mut joiner = replica("j0", 0);
     joiner.revision = NEW.into();
     joiner.lifecycle = Lifecycle::Joining;
     joiner.reachable = false;
     joiner.terminated = true;
+    joiner
+}
+
+#[test]
+fn new_joiners_whose_pods_are_removed_stall_for_the_clusters_own_cause() {
+    let mut joiner = dead_new_joiner();
     joiner.removed = true;
     let nodes = [one_shard(), vec![joiner]].concat();
     let desired = shape(1, 1, NEW);
@@ -760,12 +766,7 @@ fn new_joiners_whose_pods_are_removed_stall_for_the_clusters_own_cause() {
 
 #[test]
 fn a_new_joiner_that_died_is_replaced_at_once_but_not_without_end() {
-    let mut joiner = replica("j0", 0);
-    joiner.revision = NEW.into();
-    joiner.lifecycle = Lifecycle::Joining;
-    joiner.reachable = false;
-    joiner.terminated = true;
-    let nodes = [one_shard(), vec![joiner]].concat();
+    let nodes = [one_shard(), vec![dead_new_joiner()]].concat();
     let desired = shape(1, 1, NEW);
     let mut memory = RollMemory {
         lost_joins: MAX_LOST_JOINS,

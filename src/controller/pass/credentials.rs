@@ -137,7 +137,7 @@ async fn keep_private(
             name: places.mounted.1.clone(),
             problem,
         })?;
-        let secret = private_secret(render, name, home, &credentials);
+        let secret = operator_secret(render, name, home, credentials.to_data());
         api.create(&created(), &secret).await?;
         tracing::info!(secret = %name, namespace = %home, "created the cluster's private credentials Secret");
         return Ok((credentials, true));
@@ -281,14 +281,14 @@ pub async fn forget(ctx: &Context, namespace: &str, cluster: &str) -> Result<(),
     Ok(())
 }
 
-/// The private Secret of the cluster `render` renders, in the operator's namespace: labelled
-/// with the cluster's labels (its namespace is in the name), owned by nothing (an owner must
-/// be in the same namespace; [`forget`] deletes it with the cluster).
-fn private_secret(
+/// A Secret of the cluster `render` renders in the operator's namespace (its private one, its
+/// issued passwords): labelled with the cluster's labels (its namespace is in the name), owned
+/// by nothing (an owner must be in the same namespace; [`forget`] deletes it with the cluster).
+pub(super) fn operator_secret(
     render: &ClusterRender<'_>,
     name: &str,
     namespace: &str,
-    credentials: &SystemCredentials,
+    data: BTreeMap<String, String>,
 ) -> Secret {
     Secret {
         metadata: ObjectMeta {
@@ -298,7 +298,7 @@ fn private_secret(
             ..Default::default()
         },
         type_: Some("Opaque".into()),
-        data: Some(encoded(credentials.to_data())),
+        data: Some(encoded(data)),
         ..Default::default()
     }
 }
@@ -350,7 +350,7 @@ fn stale(data: &BTreeMap<String, Vec<u8>>, wanted: &BTreeMap<String, String>) ->
 
 /// Replaces the Secret's data (`old_keys`) with `wanted` (keys it no longer has removed), and
 /// its rotate annotation when `clear_annotation`, in one merge patch.
-async fn write(
+pub(super) async fn write(
     api: &Api<Secret>,
     name: &str,
     old_keys: impl Iterator<Item = &String>,

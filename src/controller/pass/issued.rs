@@ -12,18 +12,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
-use serde_json::{Map, Value, json};
 
 use crate::acl::password_hash;
 use crate::api::AclUser;
 use crate::controller::context::Context;
 use crate::controller::error::Error;
-use crate::controller::pass::credentials::created;
+use crate::controller::pass::credentials::{created, operator_secret, write};
 use crate::controller::render::ClusterRender;
 use crate::credentials::{issued_secret_name, random_password};
 
@@ -86,26 +82,10 @@ pub async fn ensure(
         .collect();
     let wanted = issue(&users, &held).map_err(|e| problem(e.to_string()))?;
     if found.is_none() {
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some(home.clone()),
-                labels: Some(render.labels(None)),
-                ..Default::default()
-            },
-            type_: Some("Opaque".into()),
-            data: Some(encoded(&wanted)),
-            ..Default::default()
-        };
+        let secret = operator_secret(render, &name, home, wanted.clone());
         api.create(&created(), &secret).await?;
     } else if wanted != held {
-        let mut data: Map<String, Value> = held.keys().map(|k| (k.clone(), Value::Null)).collect();
-        for (user, password) in encoded(&wanted) {
-            data.insert(user, serde_json::to_value(password).unwrap_or(Value::Null));
-        }
-        let patch = json!({ "data": data });
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
+        write(&api, &name, held.keys(), &wanted, false).await?;
     }
     let hashes = wanted
         .iter()
@@ -135,13 +115,6 @@ fn issue(
 /// not issued by it, and is replaced.
 fn is_issued(password: &str) -> bool {
     password.len() == 64 && password.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
-fn encoded(passwords: &BTreeMap<String, String>) -> BTreeMap<String, ByteString> {
-    passwords
-        .iter()
-        .map(|(user, password)| (user.clone(), ByteString(password.clone().into_bytes())))
-        .collect()
 }
 
 #[cfg(test)]
