@@ -16,7 +16,7 @@ use super::chart::{
     install, kubectl, must, repoint_webhooks,
 };
 use super::tail;
-use crate::valkey::logins::{WRITER_PASSWORD, WRITER_USER, learn_admin, writer_granted};
+use crate::valkey::logins::{WRITER_USER, learn_admin, writer_granted, writer_password};
 use crate::valkey::{
     Sample, Sampler, Writer, WriterLog, assert_no_lost_writes, describe_sample, fewest_replicas_at,
     primary_changes,
@@ -519,7 +519,7 @@ impl Product {
         if !users.iter().any(|u| u["username"] == WRITER_USER) {
             let user = serde_json::json!({
                 "username": WRITER_USER,
-                "passwordHashes": [valkey_operator::acl::password_hash(WRITER_PASSWORD.as_bytes())],
+                "passwordHashes": [valkey_operator::acl::password_hash(writer_password().as_bytes())],
                 "permissions": [{"roleRef": WRITER_USER, "keys": [{"pattern": "key:*", "access": "readwrite"}]}],
             });
             let patch = if cluster["spec"]["acl"].is_array() {
@@ -543,7 +543,7 @@ impl Product {
         writer_granted();
         let login = Credentials {
             username: WRITER_USER.into(),
-            password: WRITER_PASSWORD.into(),
+            password: writer_password(),
         };
         eventually(
             format!("{namespace}/{name}: every node lets {WRITER_USER} in"),

@@ -16,7 +16,12 @@ use valkey_operator::valkey::NodeClient;
 
 /// The tenant user the harness's writer logs in as, and its ValkeyRole.
 pub const WRITER_USER: &str = "harness-writer";
-pub const WRITER_PASSWORD: &str = "harness writer's password";
+
+/// The writer's password: this run's own (see [`super::RUN`]), so the writer cannot log in to
+/// another test's cluster at an address recycled between them.
+pub fn writer_password() -> String {
+    format!("harness writer of run {}", *super::RUN)
+}
 
 /// Operator logins learnt so far (most recent first), and which one each address took last.
 #[derive(Default)]
@@ -45,7 +50,7 @@ pub fn writer_login() -> Option<Credentials> {
         .unwrap_or_else(|p| p.into_inner())
         .then(|| Credentials {
             username: WRITER_USER.into(),
-            password: WRITER_PASSWORD.into(),
+            password: writer_password(),
         })
 }
 

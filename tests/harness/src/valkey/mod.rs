@@ -10,6 +10,7 @@ mod sampler;
 pub mod stranger;
 mod writer;
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use valkey_operator::valkey::NodeClient;
@@ -49,9 +50,21 @@ pub fn key_slot(key: &str) -> u16 {
     crc % 16384
 }
 
-/// The key the [`Writer`] writes `index` to.
+/// What sets this test process apart from every other run on the machine: its writer's keys
+/// and password carry it. Test processes run side by side and a deleted Pod's address goes to
+/// the next Pod of any of them, so a client still holding that address (the writer mid-heal)
+/// may reach another test's cluster; with its own password it is refused there, and with its
+/// own keys nothing another run wrote reads back as this run's.
+pub static RUN: LazyLock<String> = LazyLock::new(|| {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.subsec_nanos());
+    format!("{:x}{nanos:08x}", std::process::id())
+});
+
+/// The key the [`Writer`] writes `index` to: unique to this run (see [`RUN`]).
 pub fn key(index: u64) -> String {
-    format!("key:{index}")
+    format!("key:{}:{index}", *RUN)
 }
 
 /// A plain (not cluster-aware) connection to one node, as the operator's user where the

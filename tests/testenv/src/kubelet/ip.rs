@@ -47,15 +47,28 @@ fn address(index: usize) -> Option<Ipv4Addr> {
 
 /// Where the next search starts: addresses are handed out round-robin, as a real node's
 /// host-local IPAM does, so a deleted Pod's address is not reused at once. (Reusing it at once
-/// would let a client still holding that address reach a Pod of another cluster.)
-static NEXT: AtomicUsize = AtomicUsize::new(0);
+/// would let a client still holding that address reach a Pod of another cluster.) Unset until
+/// the first lease, which starts at this process's own place in the pool (see [`first_index`]).
+static NEXT: AtomicUsize = AtomicUsize::new(UNSET);
+const UNSET: usize = usize::MAX;
+
+/// Where a process's first search starts: spread by its pid, so that test processes running
+/// side by side do not all start at the pool's first address, where a new one would take the
+/// address another has just freed while that one's clients may still hold it.
+fn first_index() -> usize {
+    // 40,009 is prime and above half the pool: consecutive pids land far apart.
+    (std::process::id() as usize).wrapping_mul(40_009) % POOL
+}
 
 /// Leases the next free address whose Valkey ports nobody listens on (tests that start
 /// valkey-server themselves take addresses without leasing them).
 pub fn lease() -> Option<IpLease> {
     let dir = std::env::temp_dir().join("valkey-operator-testenv-ips");
     std::fs::create_dir_all(&dir).ok()?;
-    let start = NEXT.load(Ordering::Relaxed);
+    let start = match NEXT.load(Ordering::Relaxed) {
+        UNSET => first_index(),
+        next => next,
+    };
     (0..POOL).find_map(|offset| {
         let index = (start + offset) % POOL;
         let ip = address(index)?;
