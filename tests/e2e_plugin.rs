@@ -124,7 +124,12 @@ async fn the_plugin_shows_holds_replaces_and_reports_by_name() {
             .lines()
             .find(|l| l.contains(cluster))
             .unwrap_or_default();
-        assert!(row.ends_with("rolls"), "{cluster}: {rolls}");
+        let effect = row.split_whitespace().nth(3);
+        assert_eq!(effect, Some("rolls"), "{cluster}: {rolls}");
+        assert!(
+            row.contains("image valkey-9-0-0 → valkey-9-1-2"),
+            "{cluster}: {rolls}"
+        );
     }
     let live = plugin(
         &product,
@@ -134,7 +139,9 @@ async fn the_plugin_shows_holds_replaces_and_reports_by_name() {
         ],
     );
     assert_eq!(
-        live.lines().filter(|l| l.ends_with("live")).count(),
+        live.lines()
+            .filter(|l| l.split_whitespace().nth(3) == Some("live"))
+            .count(),
         2,
         "{live}"
     );

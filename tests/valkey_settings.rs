@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use harness::eventually;
-use valkey_operator::valkey::setting_impact::{RESTART_ONLY, is_operator_owned, needs_restart};
+use valkey_operator::api::setting_impact::{RESTART_ONLY, is_operator_owned, needs_restart};
 
 struct Server(Child);
 

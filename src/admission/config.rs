@@ -6,17 +6,18 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::core::admission::Operation;
 
-use super::effects::{cluster_effects, warn_effects};
+use super::effects::warn_changes;
 use super::impact::{config_image_change, judge_config_change, pacing};
 use super::users::check_users;
 use super::version::check_floor;
 use super::{Policy, Review, Verdict, clip, plural, some_of};
 use crate::api::bounds::acl_syntax_problems;
 use crate::api::bounds::config_problems;
+use crate::api::setting_impact::is_operator_owned;
 use crate::api::{ValkeyConfig, ValkeyConfigSpec, annotations};
 use crate::fleet::Fleet;
+use crate::fleet::change::changes_through;
 use crate::fleet::resolve::{self, ResolveError, WithConfig};
-use crate::valkey::setting_impact::is_operator_owned;
 
 fn is_setting_name(setting: &str) -> bool {
     !setting.is_empty()
@@ -61,8 +62,8 @@ fn validate_spec(
     match review.operation {
         Operation::Update => {
             judge_image_change(config, name, fleet, policy, review.now, verdict);
-            let effects = cluster_effects(fleet, name, &config.spec);
-            warn_effects(&effects, fleet, (name, &config.spec), verdict);
+            let changes = changes_through(fleet, name, Some(&config.spec));
+            warn_changes(&changes, fleet, (name, &config.spec), verdict);
         }
         Operation::Create => warn_waiting_clusters(name, fleet, verdict),
         _ => {}

@@ -423,3 +423,133 @@ fn a_change_outside_the_maintenance_windows_says_when_its_clusters_start() {
         "{all}"
     );
 }
+
+/// One edit of config `standard` as `kubectl valkey plan`, admission's warning and the
+/// controller each see it for cluster team-a/orders: `rolls`, `live`, `nothing` or
+/// `unresolved`. The first two word the one rule; the controller's answer is what it would do
+/// (the node revision it renders, the settings it sets live, the users it sets).
+fn three_answers(edited: ValkeyConfigSpec) -> [String; 3] {
+    use crate::controller::render::ClusterRender;
+    use crate::fleet::resolve::{self, WithConfig};
+
+    let fleet = fleet();
+    let config = config("standard", edited.clone());
+    let rows = crate::plugin::plan::rows(&fleet, &[&config]);
+    let plan = rows
+        .iter()
+        .find(|row| row[0] == "team-a" && row[1] == "orders")
+        .map(|row| row[3].clone())
+        .unwrap_or_default();
+
+    let old = self::config("standard", config_spec(Some("valkey-9-0-0"), None));
+    let mut review = review(Operation::Update, "standard", Some(&config), Some(&old));
+    review.now = k8s_openapi::jiff::Timestamp::now();
+    let verdict = validate_config(&review, &fleet, &Policy::default());
+    let warned = verdict
+        .warnings
+        .iter()
+        .find_map(|w| w.strip_prefix("team-a/orders ("))
+        .and_then(|rest| rest.split_once("): ").map(|(_, said)| said.to_owned()));
+    let admission = match warned.as_deref() {
+        None => "nothing",
+        Some(said) if said.starts_with("rolls") => "rolls",
+        Some(said) if said.starts_with("its configRef") => "unresolved",
+        Some(_) => "live",
+    };
+
+    let after = WithConfig {
+        inner: &fleet,
+        name: "standard",
+        spec: Some(&edited),
+    };
+    let cluster = cluster("team-a", "orders", "standard");
+    let render = |effective| ClusterRender {
+        cluster: &cluster,
+        effective,
+        default_zone_spread: ZoneSpread::BestEffort,
+        cluster_domain: "cluster.local",
+    };
+    let before = resolve::resolve("standard", &fleet).unwrap();
+    let controller = match resolve::resolve("standard", &after) {
+        Err(_) => "unresolved",
+        Ok(now) if render(&now).revision() != render(&before).revision() => "rolls",
+        Ok(now)
+            if render(&now).live_settings() != render(&before).live_settings()
+                || now.acl != before.acl =>
+        {
+            "live"
+        }
+        Ok(_) => "nothing",
+    };
+    [plan, admission.to_owned(), controller.to_owned()]
+}
+
+#[test]
+fn the_plan_admission_and_the_controller_agree_on_what_an_edit_does() {
+    let base = || config_spec(Some("valkey-9-0-0"), None);
+    let with = |edit: fn(&mut ValkeyConfigSpec)| {
+        let mut spec = base();
+        edit(&mut spec);
+        spec
+    };
+    let table: [(&str, ValkeyConfigSpec, &str); 7] = [
+        ("nothing changed", base(), "nothing"),
+        (
+            "another image",
+            config_spec(Some("valkey-9-1-2"), None),
+            "rolls",
+        ),
+        (
+            "a live setting",
+            with(|s| {
+                s.valkey
+                    .insert("maxmemory-policy".into(), "allkeys-lru".into());
+            }),
+            "live",
+        ),
+        (
+            "a start-only setting",
+            with(|s| {
+                s.valkey.insert("databases".into(), "32".into());
+            }),
+            "rolls",
+        ),
+        (
+            "more memory",
+            with(|s| {
+                s.resources = Some(crate::api::NodeResources {
+                    cpu: None,
+                    memory: Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+                        "2Gi".into(),
+                    )),
+                });
+            }),
+            "rolls",
+        ),
+        (
+            "a platform user",
+            with(|s| {
+                s.acl = Some(vec![AclUser {
+                    username: "metrics".into(),
+                    password_hashes: vec![PasswordHash("a".repeat(64))],
+                    password_secret_ref: None,
+                    permissions: vec![],
+                }]);
+            }),
+            "live",
+        ),
+        (
+            "an image that does not exist",
+            config_spec(Some("valkey-9-9-9"), None),
+            "unresolved",
+        ),
+    ];
+    for (edit, spec, expected) in table {
+        let answers = three_answers(spec);
+        assert_eq!(
+            answers,
+            [expected; 3].map(String::from),
+            "{edit}: [plan, admission, controller]"
+        );
+    }
+}

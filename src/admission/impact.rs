@@ -9,6 +9,7 @@ use semver::Version;
 use super::{Policy, Verdict, clip, plural, some_of};
 use crate::api::annotations::{ROLLOUT_PAUSED, ROLLOUT_WAVE};
 use crate::api::{RolloutPolicy, ValkeyConfigSpec, annotations};
+use crate::fleet::change::{Change, RollReason, change};
 use crate::fleet::resolve::{self, Catalog, ResolvedImage, WithConfig};
 use crate::fleet::window::{Opening, Windows};
 use crate::fleet::{ClusterKey, Fleet};
@@ -36,13 +37,18 @@ pub fn is_downgrade(from: &ResolvedImage, to: &ResolvedImage) -> bool {
     }
 }
 
-/// Whether two resolved images run different pods (a different image or engine version).
-fn rolls(from: &ResolvedImage, to: &ResolvedImage) -> bool {
-    from.spec.reference() != to.spec.reference() || from.spec.version != to.spec.version
-}
-
-fn effective_image(name: &str, catalog: &impl Catalog) -> Option<ResolvedImage> {
-    resolve::resolve(name, catalog).ok().map(|e| e.image)
+/// The images `before` and `after` (config names, resolved in their catalogs) run, when the
+/// move between them rolls for its image ([`crate::fleet::change`]'s rule).
+fn image_roll(
+    (before, old): (&str, &impl Catalog),
+    (after, new): (&str, &impl Catalog),
+) -> Option<(ResolvedImage, ResolvedImage)> {
+    let from = resolve::resolve(before, old).ok()?;
+    let to = resolve::resolve(after, new).ok()?;
+    match change(Some(&from), Some(&to)) {
+        Change::Rolls(RollReason::Image { .. }) => Some((from.image, to.image)),
+        _ => None,
+    }
 }
 
 /// The clusters whose image changes if config `name` takes `new_spec` (`None`: is deleted):
@@ -59,15 +65,9 @@ pub fn config_image_change(
     };
     let mut change: Option<ImageChange> = None;
     for config in fleet.config_and_descendants(name) {
-        let (Some(from), Some(to)) = (
-            effective_image(&config, fleet),
-            effective_image(&config, &candidate),
-        ) else {
+        let Some((from, to)) = image_roll((&config, fleet), (&config, &candidate)) else {
             continue;
         };
-        if !rolls(&from, &to) {
-            continue;
-        }
         let entry = change.get_or_insert_with(|| ImageChange {
             from,
             to,
@@ -91,9 +91,7 @@ pub fn config_ref_image_change(
     old_ref: &str,
     new_ref: &str,
 ) -> Option<(ResolvedImage, ResolvedImage)> {
-    let from = effective_image(old_ref, fleet)?;
-    let to = effective_image(new_ref, fleet)?;
-    rolls(&from, &to).then_some((from, to))
+    image_roll((old_ref, fleet), (new_ref, fleet))
 }
 
 fn describe(image: &ResolvedImage) -> String {

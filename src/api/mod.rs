@@ -12,6 +12,7 @@ pub mod names;
 mod node;
 mod policy;
 mod role;
+pub mod setting_impact;
 
 pub use cluster::*;
 pub use config::*;

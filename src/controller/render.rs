@@ -25,18 +25,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::api::annotations;
 use crate::api::secret_keys::{AUTH_CONF, TLS_CA, TLS_CERT, TLS_KEY};
+use crate::api::setting_impact::{FORCED, needs_restart};
 use crate::api::{
     ClusterState, JoinType, NodeRole, ValkeyCluster, ValkeyClusterSpec, ValkeyNode, ValkeyNodeSpec,
     ZoneSpread, labels,
 };
 use crate::controller::status::ConditionType;
 use crate::credentials::secret_name;
+use crate::fleet::change::{RollingInputs, digest_of};
 use crate::fleet::resolve::EffectiveConfig;
-use crate::valkey::setting_impact::{FORCED, needs_restart};
 use crate::valkey::tls::ClusterNames;
 
 /// The client port every node listens on (its own Pod IP).
@@ -88,15 +88,15 @@ pub const ROLL_DEFAULTS: [(&str, &str); 2] = [
 const ZONE_KEY: &str = "topology.kubernetes.io/zone";
 const HOSTNAME_KEY: &str = "kubernetes.io/hostname";
 
-/// Everything in the effective config and cluster spec that forces a node to be replaced.
-/// Live-applicable settings, podAnnotations, zoneSpread and scaling are deliberately absent.
+/// Everything in the effective config and cluster spec that forces a node to be replaced: the
+/// config's share ([`RollingInputs`], the one rule of a change) and the cluster's placement and
+/// TLS Secret. Live-applicable settings, podAnnotations, zoneSpread and scaling are
+/// deliberately absent. The JSON is the same field for field as before the config's share was
+/// its own type (`the_revision_of_the_same_inputs_never_changes` pins it).
 #[derive(Serialize)]
 struct RevisionInputs<'a> {
-    image: String,
-    version: &'a str,
-    cpu: Option<&'a str>,
-    memory: Option<&'a str>,
-    restart_settings: BTreeMap<&'a str, &'a str>,
+    #[serde(flatten)]
+    config: RollingInputs<'a>,
     zones: Vec<&'a str>,
     node_selector: BTreeMap<&'a str, &'a str>,
     tls_secret: Option<&'a str>,
@@ -136,22 +136,7 @@ impl ClusterRender<'_> {
         zones.sort_unstable();
         zones.dedup();
         let inputs = RevisionInputs {
-            image: self.effective.image.spec.reference(),
-            version: &self.effective.image.spec.version,
-            cpu: self.effective.resources.cpu.as_ref().map(|q| q.0.as_str()),
-            memory: self
-                .effective
-                .resources
-                .memory
-                .as_ref()
-                .map(|q| q.0.as_str()),
-            restart_settings: self
-                .effective
-                .valkey
-                .iter()
-                .filter(|(name, _)| needs_restart(name))
-                .map(|(name, value)| (name.as_str(), value.as_str()))
-                .collect(),
+            config: RollingInputs::of(self.effective),
             zones,
             node_selector: placement
                 .map(|p| {
@@ -163,10 +148,7 @@ impl ClusterRender<'_> {
                 .unwrap_or_default(),
             tls_secret: self.spec().tls.as_ref().map(|t| t.secret_ref.as_str()),
         };
-        // Serializing plain strings and maps cannot fail; an empty input still hashes.
-        let encoded = serde_json::to_vec(&inputs).unwrap_or_default();
-        let digest = Sha256::digest(&encoded);
-        digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+        digest_of(&inputs)
     }
 
     /// The config's Valkey settings over the operator's [`ROLL_DEFAULTS`], under its

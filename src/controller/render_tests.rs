@@ -653,3 +653,17 @@ fn every_pod_is_probed_for_liveness_on_the_servers_socket_with_or_without_tls() 
         assert_eq!(spec.termination_grace_period_seconds, Some(10));
     }
 }
+
+/// A node's revision is what tells the controller it is outdated: the same inputs must give
+/// the same revision across operator versions, or upgrading the operator rolls the fleet.
+#[test]
+fn the_revision_of_the_same_inputs_never_changes() {
+    let mut zoned = cluster();
+    zoned.spec.placement = Some(Placement {
+        zones: vec!["b".into(), "a".into()],
+        node_selector: BTreeMap::from([("disk".to_string(), "ssd".to_string())]),
+        ..Default::default()
+    });
+    assert_eq!(revision(&cluster(), &effective("9.0.0")), "50030eea1e47");
+    assert_eq!(revision(&zoned, &effective("9.1.2")), "6d5864d0123c");
+}

@@ -8,6 +8,7 @@
 //! namespace's policies allow its clusters.
 
 pub mod caches;
+pub mod change;
 pub mod policy;
 pub mod resolve;
 pub mod rollout;

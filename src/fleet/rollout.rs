@@ -120,9 +120,9 @@ pub struct Standing {
     /// The ValkeyImage it resolves to.
     pub image: String,
     pub wave: Wave,
-    /// What the rollout moves it onto: the config's share of its revision (image, version,
-    /// resources, start-only settings), the same for every cluster a change reaches whatever
-    /// its own placement. Members are compared by it, so a standing from before a change
+    /// What the rollout moves it onto: the digest of the config's share of its revision
+    /// ([`crate::fleet::change::RollingInputs`]), the same for every cluster a change reaches
+    /// whatever its own placement. Members are compared by it, so a standing from before a change
     /// (reported under the old target) never counts as done, rolling or stalled on the new one.
     pub target: String,
     pub progress: Progress,

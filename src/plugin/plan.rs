@@ -2,11 +2,10 @@
 //! before it is applied. Each config is first sent as a server-side dry run, so admission
 //! judges it as it would the real change (its refusal stops the plan; its warnings are
 //! printed). Then every cluster resolving through a changed config is resolved before and
-//! after, with the operator's own resolution: it `rolls` (the image, its version, the
-//! resources or a setting Valkey reads only at start change), changes `live` (settings applied
-//! in place) or sees `nothing`.
+//! after, and [`crate::fleet::change`] (the rule the controller and admission call) says what
+//! happens to it: it `rolls` (and why), changes `live` (which settings, users), sees `nothing`,
+//! or is `unresolved` (its chain stops or starts resolving).
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -17,27 +16,8 @@ use serde::Deserialize;
 
 use super::status::table;
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage};
-use crate::fleet::resolve::{self, EffectiveConfig, WithConfig};
+use crate::fleet::change::{Change, changes_through};
 use crate::fleet::{ClusterKey, Fleet};
-use crate::valkey::setting_impact::needs_restart;
-
-/// What a change does to one cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Effect {
-    Rolls,
-    Live,
-    Nothing,
-}
-
-impl Effect {
-    fn word(self) -> &'static str {
-        match self {
-            Effect::Rolls => "rolls",
-            Effect::Live => "live",
-            Effect::Nothing => "nothing",
-        }
-    }
-}
 
 /// Reads `file`, dry-runs each config on the server, and prints each cluster's effect.
 pub async fn plan(client: &Client, file: &Path) -> anyhow::Result<String> {
@@ -72,9 +52,17 @@ pub async fn plan(client: &Client, file: &Path) -> anyhow::Result<String> {
         let _ = writeln!(out, "valkeyconfig/{name}: admitted (server dry run)");
     }
     let fleet = fleet_of(client).await?;
-    let mut rows = vec![["NAMESPACE", "CLUSTER", "CONFIG", "EFFECT"].map(String::from)];
-    for (config, _) in &changed {
-        for (key, effect) in effects(&fleet, &config.name_any(), &config.spec) {
+    let configs: Vec<&ValkeyConfig> = changed.iter().map(|(config, _)| config).collect();
+    out.push_str(&table(&rows(&fleet, &configs)));
+    Ok(out)
+}
+
+/// The plan's table: a header, then a row per cluster resolving through each of `configs`
+/// (as the file has them), with what the change does to it.
+pub fn rows(fleet: &Fleet, configs: &[&ValkeyConfig]) -> Vec<[String; 5]> {
+    let mut rows = vec![["NAMESPACE", "CLUSTER", "CONFIG", "EFFECT", "WHY"].map(String::from)];
+    for config in configs {
+        for (key, change) in changes_through(fleet, &config.name_any(), Some(&config.spec)) {
             let config_ref = fleet
                 .cluster_config_ref(&key)
                 .unwrap_or_default()
@@ -83,12 +71,12 @@ pub async fn plan(client: &Client, file: &Path) -> anyhow::Result<String> {
                 key.namespace,
                 key.name,
                 config_ref,
-                effect.word().to_owned(),
+                change.word().to_owned(),
+                why(&change),
             ]);
         }
     }
-    out.push_str(&table(&rows));
-    Ok(out)
+    rows
 }
 
 /// The fleet index, from the API server's images, configs and clusters.
@@ -125,127 +113,33 @@ async fn fleet_of(client: &Client) -> anyhow::Result<Fleet> {
     Ok(fleet)
 }
 
-/// Each cluster resolving through config `name` and what `spec` in its place does to it.
-pub fn effects(
-    fleet: &Fleet,
-    name: &str,
-    spec: &crate::api::ValkeyConfigSpec,
-) -> BTreeMap<ClusterKey, Effect> {
-    let after = WithConfig {
-        inner: fleet,
-        name,
-        spec: Some(spec),
-    };
-    let mut effects = BTreeMap::new();
-    for key in fleet.clusters_resolving_through(name) {
-        let Some(config_ref) = fleet.cluster_config_ref(&key) else {
-            continue;
-        };
-        let before = resolve::resolve(config_ref, fleet).ok();
-        let now = resolve::resolve(config_ref, &after).ok();
-        let effect = match (before, now) {
-            (Some(before), Some(now)) => effect(&before, &now),
-            // A chain that stops resolving (or starts to): nothing runs until it does.
-            _ => Effect::Rolls,
-        };
-        effects.insert(key, effect);
-    }
-    effects
-}
-
-/// What moving a cluster from `before` to `after` does to its nodes.
-pub fn effect(before: &EffectiveConfig, after: &EffectiveConfig) -> Effect {
-    let restart_only = |config: &EffectiveConfig| -> BTreeMap<String, String> {
-        (config.valkey.iter())
-            .filter(|(name, _)| needs_restart(name))
-            .map(|(name, value)| (name.clone(), value.clone()))
-            .collect()
-    };
-    let image = |config: &EffectiveConfig| {
-        (
-            config.image.spec.reference(),
-            config.image.spec.version.clone(),
-        )
-    };
-    if image(before) != image(after)
-        || before.resources != after.resources
-        || restart_only(before) != restart_only(after)
-    {
-        Effect::Rolls
-    } else if before.valkey != after.valkey || before.acl != after.acl {
-        Effect::Live
-    } else {
-        Effect::Nothing
+/// The WHY column: what rolls or changes live, or how the chain stops or starts resolving.
+fn why(change: &Change) -> String {
+    match change {
+        Change::Rolls(reason) => reason.to_string(),
+        Change::Nothing => String::new(),
+        other => other.to_string(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{ValkeyConfigSpec, ValkeyImageSpec};
-
-    fn fleet() -> Fleet {
-        let mut fleet = Fleet::default();
-        for (name, version) in [("valkey-9-0-0", "9.0.0"), ("valkey-9-1-2", "9.1.2")] {
-            fleet.upsert_image(
-                name,
-                ValkeyImageSpec {
-                    repository: "valkey/valkey".into(),
-                    tag: version.into(),
-                    version: version.into(),
-                },
-            );
-        }
-        let base = ValkeyConfigSpec {
-            image_ref: Some("valkey-9-0-0".into()),
-            ..Default::default()
-        };
-        fleet.upsert_config("base", base);
-        let child = ValkeyConfigSpec {
-            base_ref: Some("base".into()),
-            ..Default::default()
-        };
-        fleet.upsert_config("child", child);
-        fleet.upsert_cluster(ClusterKey::new("a", "orders"), "child");
-        fleet.upsert_cluster(ClusterKey::new("a", "carts"), "base");
-        fleet
-    }
+    use crate::fleet::change::RollReason;
 
     #[test]
-    fn an_image_rolls_a_live_setting_does_not_and_the_same_spec_does_nothing() {
-        let fleet = fleet();
-        let spec = |image: &str, valkey: &[(&str, &str)]| ValkeyConfigSpec {
-            image_ref: Some(image.into()),
-            valkey: valkey
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ..Default::default()
+    fn the_why_column_says_what_rolls_and_what_is_set_live() {
+        let image = Change::Rolls(RollReason::Image {
+            from: "valkey-9-0-0".into(),
+            to: "valkey-9-1-2".into(),
+        });
+        assert_eq!(why(&image), "image valkey-9-0-0 → valkey-9-1-2");
+        let live = Change::Live {
+            set: vec!["maxmemory-policy".into()],
+            removed: vec![],
+            users: false,
         };
-        let all = |effect| {
-            BTreeMap::from([
-                (ClusterKey::new("a", "carts"), effect),
-                (ClusterKey::new("a", "orders"), effect),
-            ])
-        };
-        assert_eq!(
-            effects(&fleet, "base", &spec("valkey-9-1-2", &[])),
-            all(Effect::Rolls)
-        );
-        let tuned = spec("valkey-9-0-0", &[("maxmemory-policy", "allkeys-lru")]);
-        assert_eq!(effects(&fleet, "base", &tuned), all(Effect::Live));
-        assert_eq!(
-            effects(&fleet, "base", &spec("valkey-9-0-0", &[])),
-            all(Effect::Nothing)
-        );
-        let child_only = ValkeyConfigSpec {
-            base_ref: Some("base".into()),
-            image_ref: Some("valkey-9-1-2".into()),
-            ..Default::default()
-        };
-        assert_eq!(
-            effects(&fleet, "child", &child_only),
-            BTreeMap::from([(ClusterKey::new("a", "orders"), Effect::Rolls)])
-        );
+        assert_eq!(why(&live), "CONFIG SET maxmemory-policy live");
+        assert_eq!(why(&Change::Nothing), "");
     }
 }

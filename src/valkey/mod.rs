@@ -7,7 +7,6 @@ mod bounded;
 mod identity;
 pub mod migration;
 pub mod parse;
-pub mod setting_impact;
 pub mod tls;
 
 use std::time::Duration;

@@ -3,8 +3,6 @@
 //! [`crate::controller::memory::rollouts`] the standings).
 
 use std::collections::HashMap;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -12,12 +10,12 @@ use kube::ResourceExt;
 use crate::api::annotations::ROLLOUT_WAVE;
 use crate::api::{Hold, ValkeyCluster};
 use crate::controller::memory::rollouts::Rollouts;
+use crate::fleet::change::RollingInputs;
 use crate::fleet::resolve::{self, EffectiveConfig};
 use crate::fleet::rollout::{Asking, Policy, Progress, Standing, Verdict, WaitFor, Wave, wave_of};
 use crate::fleet::window::Windows;
 use crate::fleet::{ClusterKey, Fleet};
 use crate::roll::{DesiredShape, Lifecycle, ObservedNode, Role, StallReason, Step, WaitReason};
-use crate::valkey::setting_impact::needs_restart;
 
 /// The step to perform after the gate: `step` itself, or a wait when it would advance a roll the
 /// rollout does not allow yet. Records the cluster's standing either way.
@@ -163,7 +161,7 @@ fn standing_of(
             Some(policy) => wave_of(key, policy, annotation),
             None => Wave::Last,
         },
-        target: rollout_target(group_effective.as_ref().unwrap_or(effective)),
+        target: RollingInputs::of(group_effective.as_ref().unwrap_or(effective)).digest(),
         progress: Progress::UpToDate,
     };
     (policy, standing)
@@ -195,22 +193,6 @@ fn stall_of_the_change(
 /// policy, and counts as rolling).
 fn waits_for_its_people(reason: &WaitReason) -> bool {
     matches!(reason, WaitReason::Switchover { .. })
-}
-
-/// The config's share of a cluster's revision (see [`Standing::target`]), as a short digest.
-fn rollout_target(effective: &EffectiveConfig) -> String {
-    let mut hasher = DefaultHasher::new();
-    effective.image.spec.reference().hash(&mut hasher);
-    effective.image.spec.version.hash(&mut hasher);
-    let resources = &effective.resources;
-    resources.cpu.as_ref().map(|q| &q.0).hash(&mut hasher);
-    resources.memory.as_ref().map(|q| &q.0).hash(&mut hasher);
-    for (name, value) in &effective.valkey {
-        if needs_restart(name) {
-            (name, value).hash(&mut hasher);
-        }
-    }
-    format!("{:016x}", hasher.finish())
 }
 
 /// The steps that move a cluster onto its new revision for the roll's sake: a rollout may hold
