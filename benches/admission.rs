@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use harness::https::{TestServer, admission_review, object};
 use serde_json::json;
 use valkey_operator::admission::Policy;
+use valkey_operator::api::ClusterKey;
 use valkey_operator::api::{ValkeyConfigSpec, ValkeyImageSpec};
-use valkey_operator::fleet::{ClusterKey, Fleet};
+use valkey_operator::fleet::Fleet;
 
 const CONFIGS: usize = 1_000;
 const CHAIN_DEPTH: usize = 4;

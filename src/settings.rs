@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::admission::Policy;
 use crate::api::ZoneSpread;
 use crate::api::bounds::{Caps, MAX_REPLICAS_PER_SHARD, MAX_SHARDS};
 
@@ -21,7 +20,7 @@ pub struct OperatorSettings {
     /// The Kubernetes cluster's DNS domain: a TLS node announces
     /// `<pod>.<cluster>.<namespace>.svc.<domain>` and is verified by that name.
     pub cluster_domain: String,
-    /// See [`Policy::fleet_roll_ack_threshold`].
+    /// See [`crate::admission::Policy::fleet_roll_ack_threshold`].
     pub fleet_roll_ack_threshold: Option<usize>,
     /// The largest cluster admission lets a tenant create or grow to.
     pub caps: Caps,
@@ -126,14 +125,6 @@ impl OperatorSettings {
         }
         Ok(settings)
     }
-
-    pub fn admission_policy(&self, node_writer: Option<String>) -> Policy {
-        Policy {
-            fleet_roll_ack_threshold: self.fleet_roll_ack_threshold,
-            caps: self.caps,
-            node_writer,
-        }
-    }
 }
 
 /// The environment variable Momento's operator reads its default zone spread from.
@@ -197,10 +188,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(parsed.default_zone_spread, ZoneSpread::Required);
-        assert_eq!(
-            parsed.admission_policy(None).fleet_roll_ack_threshold,
-            Some(20)
-        );
+        assert_eq!(parsed.fleet_roll_ack_threshold, Some(20));
         assert_eq!(parsed.caps, Caps::default());
         let capped = OperatorSettings::from_data(&data(&[
             ("maxShards", "16"),
@@ -208,7 +196,7 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(
-            capped.admission_policy(None).caps,
+            capped.caps,
             Caps {
                 max_shards: 16,
                 max_replicas_per_shard: 0

@@ -5,6 +5,8 @@
 //!   file whose items it names (through `crate::`, `super::`, `self::` or a child module's name,
 //!   following `pub use` re-exports to the file that defines the item), form no cycle. The one
 //!   edge left out is a `mod.rs` naming its own direct children: a module is made of them;
+//! - no module uses one of a lower layer: `src/lib.rs` declares the top-level modules in layers
+//!   (blocks of `pub mod` lines, top first), and every edge above goes to the same layer or up;
 //! - unit tests live in one of two places: a `mod tests` at the end of the file they test, or,
 //!   when that would make the file long, `<file>_tests.rs` beside it, included by that file with
 //!   `#[cfg(test)] #[path = "<file>_tests.rs"] mod tests;` (what the tests of several files of
@@ -449,6 +451,80 @@ fn no_import_circle_between_the_products_files() {
     if let Some(found) = cycle(&edges) {
         panic!("an import circle: {}", found.join(" → "));
     }
+}
+
+/// The layers `src/lib.rs` declares: its blocks of `pub mod …;` lines, separated by blank
+/// lines, top first. A module may use its own layer and the ones above it.
+fn layers() -> Vec<Vec<String>> {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    let mut layers: Vec<Vec<String>> = vec![Vec::new()];
+    for line in lib.lines() {
+        if let Some(name) = line
+            .strip_prefix("pub mod ")
+            .and_then(|rest| rest.strip_suffix(';'))
+        {
+            layers.last_mut().unwrap().push(name.to_string());
+        } else if line.trim().is_empty() && !layers.last().unwrap().is_empty() {
+            layers.push(Vec::new());
+        }
+    }
+    layers.retain(|layer| !layer.is_empty());
+    layers
+}
+
+/// Every edge of `edges` from a module to one in a lower layer of `layers` (by their top-level
+/// module), as `from → to`.
+fn upward_imports(
+    edges: &BTreeMap<String, BTreeSet<String>>,
+    layers: &[Vec<String>],
+) -> Vec<String> {
+    let layer_of = |module: &str| {
+        let top = module.split("::").next().unwrap_or_default();
+        layers
+            .iter()
+            .position(|layer| layer.iter().any(|m| m == top))
+    };
+    let mut found = Vec::new();
+    for (from, targets) in edges {
+        let Some(here) = layer_of(from) else { continue };
+        for to in targets {
+            if layer_of(to).is_some_and(|there| there > here) {
+                found.push(format!("{from} → {to}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_module_uses_one_of_a_lower_layer() {
+    let layers = layers();
+    assert!(layers.len() >= 5, "src/lib.rs's layers: {layers:?}");
+    let upward = upward_imports(&Graph::new().edges(), &layers);
+    assert!(
+        upward.is_empty(),
+        "imports from a layer to a lower one (src/lib.rs lists the layers):\n{}",
+        upward.join("\n")
+    );
+}
+
+#[test]
+fn the_layer_check_sees_an_upward_import() {
+    let layers = vec![vec!["api".to_string()], vec!["controller".to_string()]];
+    let edges = BTreeMap::from([
+        (
+            "controller::pass".to_string(),
+            BTreeSet::from(["api::names".to_string()]),
+        ),
+        (
+            "api::names".to_string(),
+            BTreeSet::from(["controller::status".to_string()]),
+        ),
+    ]);
+    assert_eq!(
+        upward_imports(&edges, &layers),
+        ["api::names → controller::status"]
+    );
 }
 
 #[test]

@@ -12,12 +12,13 @@ use super::users::check_users;
 use super::version::check_floor;
 use super::{Policy, Review, Verdict, clip};
 use crate::acl;
+use crate::api::ClusterKey;
 use crate::api::annotations::SWITCHOVER;
 use crate::api::bounds::{Problem, acl_syntax_problems, cap_problems, cluster_problems};
 use crate::api::{AclUser, RESERVED_PREFIX, ValkeyCluster, ValkeyClusterSpec};
+use crate::fleet::Fleet;
 use crate::fleet::policy::{self, Before, Counted, Footprint, Request};
 use crate::fleet::resolve::{self, ResolveError};
-use crate::fleet::{ClusterKey, Fleet};
 
 /// Why adding or removing `spec.tls` is refused (the CRD's own rule says the same).
 pub const TLS_PRESENCE_IS_FIXED: &str = "spec.tls is set at creation only and cannot be added or removed; create a new ValkeyCluster to change that. Only spec.tls.secretRef may change: the nodes roll onto the new Secret, whose ca.crt and the old one's must each trust the other's certificate";

@@ -4,11 +4,13 @@
 //! [`crate::fleet::change`] decides it, for the controller too; this file only words it.
 
 use super::{Verdict, clip};
+use crate::api::ClusterKey;
 use crate::api::ValkeyConfigSpec;
+use crate::fleet::Fleet;
 use crate::fleet::change::Change;
 use crate::fleet::resolve::{self, Catalog, WithConfig};
-use crate::fleet::rollout::{Wave, wave_of};
-use crate::fleet::{ClusterKey, Fleet};
+use crate::fleet::rollout::wave_of;
+use crate::roll::rollout_waits::Wave;
 
 /// How many clusters are named one by one before the rest are counted.
 const CLUSTERS_NAMED: usize = 8;

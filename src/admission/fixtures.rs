@@ -7,8 +7,9 @@ pub(crate) use kube::api::ObjectMeta;
 pub(crate) use kube::core::admission::Operation;
 
 pub(crate) use super::*;
+pub(crate) use crate::api::ClusterKey;
 pub(crate) use crate::api::*;
-pub(crate) use crate::fleet::{ClusterKey, Fleet};
+pub(crate) use crate::fleet::Fleet;
 
 pub(crate) fn image(version: &str) -> ValkeyImage {
     ValkeyImage::new(

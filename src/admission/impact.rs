@@ -7,12 +7,13 @@ use k8s_openapi::jiff::Timestamp;
 use semver::Version;
 
 use super::{Policy, Verdict, clip, plural, some_of};
+use crate::api::ClusterKey;
 use crate::api::annotations::{ROLLOUT_PAUSED, ROLLOUT_WAVE};
 use crate::api::{RolloutPolicy, ValkeyConfigSpec, annotations};
+use crate::fleet::Fleet;
 use crate::fleet::change::{Change, RollReason, change};
 use crate::fleet::resolve::{self, Catalog, ResolvedImage, WithConfig};
 use crate::fleet::window::{Opening, Windows};
-use crate::fleet::{ClusterKey, Fleet};
 
 /// How many cluster names a warning shows before "and N more".
 const NAMES_SHOWN: usize = 3;

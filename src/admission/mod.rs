@@ -26,6 +26,7 @@ pub use role::validate_role;
 use kube::core::admission::Operation;
 
 use crate::api::bounds::Caps;
+use crate::settings::OperatorSettings;
 use crate::words::some_of;
 
 /// Operator settings that change what admission allows.
@@ -39,6 +40,17 @@ pub struct Policy {
     /// The only user that may create a ValkeyNode or change its spec: the operator's own
     /// identity. `None` (an admission server without a controller, as in tests): anyone.
     pub node_writer: Option<String>,
+}
+
+impl Policy {
+    /// Admission's share of the operator's settings; `node_writer` is the operator's identity.
+    pub fn of(settings: &OperatorSettings, node_writer: Option<String>) -> Self {
+        Self {
+            fleet_roll_ack_threshold: settings.fleet_roll_ack_threshold,
+            caps: settings.caps,
+            node_writer,
+        }
+    }
 }
 
 /// The object under review, as the validators see it.

@@ -1,6 +1,7 @@
 //! ValkeyCluster: a sharded Valkey cluster that a team asks for (namespaced).
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
@@ -409,6 +410,38 @@ impl ValkeyCluster {
                     )
                 }),
         )
+    }
+}
+
+/// A namespaced cluster's identity: how the fleet index, the controller's memories and the
+/// messages name a ValkeyCluster.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ClusterKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ClusterKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// A ValkeyCluster's key: the one way to make it from the object.
+    pub fn of(cluster: &ValkeyCluster) -> Self {
+        let meta = &cluster.metadata;
+        Self::new(
+            meta.namespace.clone().unwrap_or_default(),
+            meta.name.clone().unwrap_or_default(),
+        )
+    }
+}
+
+impl fmt::Display for ClusterKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
     }
 }
 

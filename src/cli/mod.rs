@@ -19,14 +19,16 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio::sync::{broadcast, watch};
 
+use crate::admission::Policy;
 use crate::admission::eviction::{self, EvictionState};
 use crate::api;
+use crate::api::ClusterKey;
 use crate::cli::supervise::{Health, Supervisor};
 use crate::controller;
 use crate::controller::leader::{self, LeaseConfig};
 use crate::execute::Timeouts;
+use crate::fleet::Fleet;
 use crate::fleet::caches::{self, Readiness};
-use crate::fleet::{ClusterKey, Fleet};
 use crate::metrics::Metrics;
 use crate::server::limits::ServerLimits;
 use crate::server::metrics_access::{MetricsAccess, Reviews};
@@ -292,7 +294,7 @@ async fn serve(
         fleet: Arc::new(RwLock::new(Fleet::default())),
         readiness: Arc::new(Readiness::default()),
         metrics: Arc::new(Metrics::new()?),
-        policy: Arc::new(settings.admission_policy(me)),
+        policy: Arc::new(Policy::of(&settings, me)),
         limits: ServerLimits::default(),
         certified_callers: options.certificate.client_ca.is_some(),
         metrics_access: match metrics_auth {

@@ -22,7 +22,7 @@ pub struct Context {
     pub memory: crate::controller::memory::Memory,
     /// Wakes a cluster (the controller reconciles each key sent), e.g. a queued cluster of a
     /// fleet rollout when a place frees.
-    pub wake: tokio::sync::broadcast::Sender<crate::fleet::ClusterKey>,
+    pub wake: tokio::sync::broadcast::Sender<crate::api::ClusterKey>,
     /// The election's word, checked before acting (see [`crate::controller::leader::Leadership`]).
     pub leadership: tokio::sync::watch::Receiver<crate::controller::leader::Leadership>,
 }

@@ -11,6 +11,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
+use crate::api::ClusterKey;
 use crate::api::{
     JoinType, NodeLifecycle, NodeRole, ValkeyCluster, ValkeyNode, ValkeyNodeStatus, annotations,
     field_managers, finalizers, labels,
@@ -20,7 +21,6 @@ use crate::controller::memory::node_cache::{Kind, Writes};
 use crate::controller::render::ClusterRender;
 use crate::controller::view::{ClusterNodes, roll_status};
 use crate::execute::{Member, NodeHost};
-use crate::fleet::ClusterKey;
 use crate::roll::RollMemory;
 use crate::valkey::NodeAddress;
 

@@ -37,9 +37,10 @@ use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use tokio::sync::{broadcast, watch};
 
+use crate::api::ClusterKey;
 use crate::api::ValkeyCluster;
 use crate::execute::Timeouts;
-use crate::fleet::{ClusterKey, Fleet};
+use crate::fleet::Fleet;
 use crate::metrics::Metrics;
 use crate::settings::OperatorSettings;
 use context::Context;

@@ -18,12 +18,13 @@ use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::broadcast;
 
+use crate::api::ClusterKey;
 use crate::api::{ValkeyCluster, ValkeyNode, labels};
 use crate::controller::context::Context;
 use crate::controller::memory::ClusterMemory;
 use crate::controller::wakes;
 use crate::credentials::ISSUED_SUFFIX;
-use crate::fleet::{ClusterKey, Fleet};
+use crate::fleet::Fleet;
 
 /// The controller of one term: the clusters, woken by every watch below.
 pub fn controller(

@@ -16,11 +16,12 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::broadcast;
 
+use crate::api::ClusterKey;
 use crate::api::annotations::{ROLLOUT_PAUSED, ROLLOUT_WAVE};
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage, ValkeyNamespacePolicy, ValkeyRole};
+use crate::fleet::Fleet;
 use crate::fleet::policy::{Footprint, Member};
 use crate::fleet::resolve::Catalog;
-use crate::fleet::{ClusterKey, Fleet};
 
 /// Which caches have completed their first list.
 #[derive(Debug, Default)]

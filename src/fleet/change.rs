@@ -17,10 +17,11 @@ use std::fmt;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::api::ClusterKey;
 use crate::api::ValkeyConfigSpec;
 use crate::api::setting_impact::needs_restart;
+use crate::fleet::Fleet;
 use crate::fleet::resolve::{self, EffectiveConfig, WithConfig};
-use crate::fleet::{ClusterKey, Fleet};
 
 /// The config's share of a node's revision: when any of these changes, the nodes are replaced.
 /// Serialized into the revision in this field order: reordering or renaming a field changes

@@ -15,44 +15,12 @@ pub mod rollout;
 pub mod window;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::fmt;
 
 use crate::api::{
-    ValkeyCluster, ValkeyConfigSpec, ValkeyImageSpec, ValkeyNamespacePolicySpec, ValkeyRoleSpec,
+    ClusterKey, ValkeyConfigSpec, ValkeyImageSpec, ValkeyNamespacePolicySpec, ValkeyRoleSpec,
 };
 use crate::fleet::policy::Member;
 use crate::fleet::resolve::Catalog;
-
-/// A namespaced cluster's identity.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ClusterKey {
-    pub namespace: String,
-    pub name: String,
-}
-
-impl ClusterKey {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        Self {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-
-    /// A ValkeyCluster's key: the one way to make it from the object.
-    pub fn of(cluster: &ValkeyCluster) -> Self {
-        let meta = &cluster.metadata;
-        Self::new(
-            meta.namespace.clone().unwrap_or_default(),
-            meta.name.clone().unwrap_or_default(),
-        )
-    }
-}
-
-impl fmt::Display for ClusterKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
 
 /// Images, configs, roles and cluster→config and cluster→role edges, with the reverse edges
 /// kept in step.

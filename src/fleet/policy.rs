@@ -20,8 +20,9 @@ use std::fmt;
 
 use k8s_openapi::jiff::Timestamp;
 
+use crate::api::ClusterKey;
 use crate::api::{ValkeyClusterSpec, ValkeyNamespacePolicySpec};
-use crate::fleet::{ClusterKey, Fleet};
+use crate::fleet::Fleet;
 
 /// What a cluster runs, as a namespace's caps count it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -10,7 +10,8 @@
 //!    stops it after its shard and the cap counts it only while it rolls a shard;
 //! 2. a cluster none of whose configs is paused and that has no policy starts at once (the
 //!    guide's behaviour: everything together);
-//! 3. a paused rollout starts nobody (annotation [`ROLLOUT_PAUSED`] on any config of the
+//! 3. a paused rollout starts nobody (annotation
+//!    [`ROLLOUT_PAUSED`](crate::api::annotations::ROLLOUT_PAUSED) on any config of the
 //!    cluster's chain); outside every maintenance window of its group's policy, a cluster
 //!    waits for the next to open ([`crate::fleet::window`]);
 //! 4. in a leader's first [`LEARNING`], a cluster whose group has members this leader has not
@@ -37,31 +38,13 @@
 //! the same: the rest of its group rolls past it.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use k8s_openapi::jiff::Timestamp;
 
+use crate::api::ClusterKey;
 use crate::api::RolloutPolicy;
-use crate::api::annotations::ROLLOUT_PAUSED;
-use crate::fleet::ClusterKey;
 use crate::fleet::window::{Opening, Windows};
-
-/// A cluster's wave: a number, or the last wave (after every numbered one).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Wave {
-    Numbered(u32),
-    Last,
-}
-
-impl Wave {
-    /// The wave an annotation value names; missing or not a number is the last wave.
-    pub fn from_annotation(value: Option<&str>) -> Self {
-        match value.and_then(|v| v.trim().parse().ok()) {
-            Some(number) => Wave::Numbered(number),
-            None => Wave::Last,
-        }
-    }
-}
+use crate::roll::rollout_waits::{WaitFor, Wave};
 
 /// A cluster's wave in its group: the first of the `policy`'s waves naming it; else, where the
 /// policy allows it, its owner's `annotation` (numbered after the policy's waves); else the last.
@@ -79,15 +62,6 @@ pub fn wave_of(key: &ClusterKey, policy: &RolloutPolicy, annotation: Option<&str
             Wave::Numbered(after.saturating_add(number))
         }
         _ => Wave::Last,
-    }
-}
-
-impl fmt::Display for Wave {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Wave::Numbered(number) => write!(f, "wave {number}"),
-            Wave::Last => f.write_str("the last wave"),
-        }
     }
 }
 
@@ -145,7 +119,7 @@ pub struct Asking<'a> {
     pub policy: Option<&'a Policy>,
     /// The time, for the maintenance windows.
     pub now: Timestamp,
-    /// Some config of its chain carries [`ROLLOUT_PAUSED`].
+    /// Some config of its chain carries [`ROLLOUT_PAUSED`](crate::api::annotations::ROLLOUT_PAUSED).
     pub paused: bool,
     /// Some node already runs the desired revision.
     pub started: bool,
@@ -165,106 +139,6 @@ pub const LEARNING: std::time::Duration = std::time::Duration::from_secs(30);
 pub enum Verdict {
     Go,
     Wait(WaitFor),
-}
-
-/// Why a cluster may not start (or go on) rolling now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WaitFor {
-    Paused,
-    /// This leader has not yet seen `unseen` clusters of the group.
-    Learning {
-        unseen: usize,
-    },
-    /// `stalled` is stalled on the same target.
-    Halted {
-        stalled: ClusterKey,
-    },
-    /// `behind` of an earlier wave is not up to date yet.
-    EarlierWave {
-        wave: Wave,
-        behind: ClusterKey,
-    },
-    /// The group already has `rolling` clusters rolling, its cap.
-    Capped {
-        rolling: u32,
-    },
-    /// Some of the cluster's own nodes refuse the operator's login: it is stuck for a cause of
-    /// its own (the controller's gate says so, not [`gate`]), and rolls on once they let it in.
-    LoginRefused,
-    /// Outside every maintenance window of the group's policy: the next opens at `opens`.
-    OutsideWindow {
-        opens: Timestamp,
-    },
-    /// A person holds the cluster on its revision (the controller's gate says so): until
-    /// `until` (an RFC 3339 time), or until the annotation is removed.
-    Held {
-        until: Option<String>,
-    },
-}
-
-impl WaitFor {
-    /// A short, bounded name (a condition reason).
-    pub fn kind(&self) -> &'static str {
-        match self {
-            WaitFor::Paused => "RolloutPaused",
-            WaitFor::Learning { .. } => "RolloutLearning",
-            WaitFor::Halted { .. } => "RolloutHalted",
-            WaitFor::EarlierWave { .. } => "WaitingForWave",
-            WaitFor::Capped { .. } => "RolloutCapped",
-            WaitFor::LoginRefused => "LoginRefused",
-            WaitFor::Held { .. } => "RolloutHeld",
-            WaitFor::OutsideWindow { .. } => "OutsideMaintenanceWindow",
-        }
-    }
-}
-
-impl fmt::Display for WaitFor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WaitFor::Paused => write!(
-                f,
-                "the rollout is paused ({ROLLOUT_PAUSED} on a config it resolves through)"
-            ),
-            WaitFor::Learning { unseen } => write!(
-                f,
-                "the operator has not yet seen {unseen} clusters of the rollout since it started leading"
-            ),
-            WaitFor::Halted { stalled } => write!(
-                f,
-                "the rollout is halted: {stalled} stalled on the same change; fix it (or the \
-                 config) and the rollout resumes"
-            ),
-            WaitFor::EarlierWave { wave, behind } => {
-                write!(
-                    f,
-                    "waiting for {wave} to complete ({behind} is not up to date)"
-                )
-            }
-            WaitFor::Capped { rolling } => write!(
-                f,
-                "{rolling} clusters of the rollout are rolling, its maxConcurrent"
-            ),
-            WaitFor::OutsideWindow { opens } => write!(
-                f,
-                "outside the rollout's maintenance windows: it starts rolling when the next \
-                 opens, at {opens}"
-            ),
-            WaitFor::LoginRefused => f.write_str(
-                "some of its nodes refuse the operator's login: it rolls on once they let it in",
-            ),
-            WaitFor::Held { until } => {
-                let hold = crate::api::annotations::ROLLOUT_HOLD;
-                match until {
-                    Some(until) => write!(f, "held on its revision by {hold} until {until}"),
-                    None => write!(f, "held on its revision by {hold}"),
-                }?;
-                f.write_str(
-                    "; the rest of its rollout goes on without it (remove the annotation, or \
-                     kubectl valkey release, to let it roll)",
-                )
-            }
-        }
-    }
 }
 
 /// Applies the module's rules to `asking` against its group's members (every cluster's

@@ -12,9 +12,10 @@ use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
 
 use super::status::table;
+use crate::api::ClusterKey;
 use crate::api::annotations::ROLLOUT_PAUSED;
 use crate::api::{FleetStatus, ValkeyCluster, ValkeyConfig};
-use crate::fleet::{ClusterKey, Fleet};
+use crate::fleet::Fleet;
 
 /// How `fleet` prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -15,9 +15,10 @@ use kube::{Api, Client, ResourceExt};
 use serde::Deserialize;
 
 use super::status::table;
+use crate::api::ClusterKey;
 use crate::api::{ValkeyCluster, ValkeyConfig, ValkeyImage};
+use crate::fleet::Fleet;
 use crate::fleet::change::{Change, changes_through};
-use crate::fleet::{ClusterKey, Fleet};
 
 /// Reads `file`, dry-runs each config on the server, and prints each cluster's effect.
 pub async fn plan(client: &Client, file: &Path) -> anyhow::Result<String> {

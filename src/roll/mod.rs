@@ -24,6 +24,7 @@
 
 pub mod model;
 pub mod reasons;
+pub mod rollout_waits;
 pub mod rules;
 pub mod slots;
 

@@ -113,7 +113,7 @@ pub enum WaitReason {
     /// The fleet rollout the cluster belongs to does not let it move on yet (a cap, a wave, a pause
     /// or a halt): see [`crate::fleet::rollout`]. Not a planner's answer: the controller's gate
     /// puts it in place of a roll step.
-    Rollout(crate::fleet::rollout::WaitFor),
+    Rollout(crate::roll::rollout_waits::WaitFor),
 }
 
 impl WaitReason {

@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::acl::is_reserved;
+use crate::api::ClusterKey;
 use crate::controller::memory::REFRESH;
 use crate::controller::memory::{KeptPerCluster, PerCluster};
 use crate::controller::status::NodeRefusal;
 use crate::execute::Member;
 use crate::execute::acl::Refusal;
-use crate::fleet::ClusterKey;
 use crate::valkey::NodeAddress;
 
 /// What each node of each cluster was last given: its address (a new server at a new address

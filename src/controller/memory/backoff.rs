@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
+use crate::api::ClusterKey;
 use crate::controller::memory::{KeptPerCluster, PerCluster};
-use crate::fleet::ClusterKey;
 
 /// Consecutive failures per cluster, and the delays they earn: `first`, doubling, at most `cap`.
 #[derive(Debug)]

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::api::ClusterKey;
 use crate::controller::memory::{KeptPerCluster, PerCluster};
-use crate::fleet::ClusterKey;
 
 /// A TLS cluster's certificate as the Secret holds it now, and when the operator first saw
 /// that version.

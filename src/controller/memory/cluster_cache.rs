@@ -18,9 +18,9 @@ use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
+use crate::api::ClusterKey;
 use crate::api::ValkeyCluster;
 use crate::controller::memory::ClusterMemory;
-use crate::fleet::ClusterKey;
 
 #[derive(Default)]
 struct Book {

@@ -4,9 +4,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
+use crate::api::ClusterKey;
 use crate::controller::memory::{ClusterMemory, KeptPerCluster, PerCluster};
 use crate::credentials::{CREDENTIALS_SUFFIX, SystemCredentials, secret_name};
-use crate::fleet::ClusterKey;
 
 /// The last credentials read for each cluster, with the Secret version they were read at
 /// (`None` once the operator wrote the Secret: what it wrote must be read back first).

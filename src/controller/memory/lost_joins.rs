@@ -16,8 +16,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::api::ClusterKey;
 use crate::controller::memory::{KeptPerCluster, PerCluster};
-use crate::fleet::ClusterKey;
 use crate::roll::{DesiredShape, Lifecycle, ObservedNode};
 
 /// How long a joiner's loss counts.

@@ -21,7 +21,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use crate::fleet::ClusterKey;
+use crate::api::ClusterKey;
 use applied::Applied;
 use backoff::Backoff;
 use certificates::CertificateVersions;

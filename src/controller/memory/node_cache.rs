@@ -19,10 +19,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
+use crate::api::ClusterKey;
 use crate::api::{ValkeyNode, labels};
 use crate::controller::memory::ClusterMemory;
 use crate::controller::view::{ClusterNodes, PodView};
-use crate::fleet::ClusterKey;
 
 /// Which of the two kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

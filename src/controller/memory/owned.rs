@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::Instant;
 
+use crate::api::ClusterKey;
 use crate::controller::memory::REFRESH;
 use crate::controller::memory::{KeptPerCluster, PerCluster};
-use crate::fleet::ClusterKey;
 
 /// The objects a cluster owns besides its nodes, each applied on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

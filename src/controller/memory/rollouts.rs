@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::api::ClusterKey;
 use crate::controller::memory::ClusterMemory;
-use crate::fleet::ClusterKey;
 use crate::fleet::rollout::{Asking, LEARNING, Progress, Standing, Verdict, gate};
 
 /// Every cluster's last standing, since this replica started leading.
@@ -145,7 +145,7 @@ impl ClusterMemory for Rollouts {
             group: None,
             chain: Vec::new(),
             image: String::new(),
-            wave: crate::fleet::rollout::Wave::Last,
+            wave: crate::roll::rollout_waits::Wave::Last,
             target: String::new(),
             progress: Progress::UpToDate,
         };
@@ -162,7 +162,7 @@ mod tests {
             group: Some(group.into()),
             chain: vec![group.into()],
             image: "valkey-9-1-2".into(),
-            wave: crate::fleet::rollout::Wave::from_annotation(None),
+            wave: crate::roll::rollout_waits::Wave::from_annotation(None),
             target: "t".into(),
             progress,
         }

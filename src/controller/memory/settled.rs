@@ -18,10 +18,10 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::api::ClusterKey;
 use crate::controller::memory::ClusterMemory;
 use crate::controller::memory::REFRESH;
 use crate::execute::Member;
-use crate::fleet::ClusterKey;
 use crate::roll::{DesiredShape, ObservedNode};
 use crate::valkey::Reach;
 

@@ -14,9 +14,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::api::ClusterKey;
 use crate::controller::memory::{KeptPerCluster, PerCluster};
 use crate::execute::Member;
-use crate::fleet::ClusterKey;
 use crate::roll::ObservedNode;
 
 /// Since when each node of each cluster has not answered.

@@ -12,8 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+use crate::api::ClusterKey;
 use crate::controller::memory::{KeptPerCluster, PerCluster};
-use crate::fleet::ClusterKey;
 use crate::metrics::Timed;
 use crate::roll::Step;
 

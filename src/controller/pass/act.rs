@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::api::ClusterKey;
 use crate::api::ValkeyCluster;
 use crate::controller::context::Context;
 use crate::controller::error::Error;
@@ -14,7 +15,6 @@ use crate::controller::memory::stopwatch;
 use crate::controller::pass::Pass;
 use crate::controller::pass::plan::Planned;
 use crate::execute::{Outcome, StepInputs, perform};
-use crate::fleet::ClusterKey;
 use crate::roll::{DesiredShape, ObservedNode, RollMemory, Step};
 use crate::valkey::Reach;
 

@@ -21,6 +21,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
+use crate::api::ClusterKey;
 use crate::api::annotations::ROTATE_CREDENTIALS;
 use crate::api::field_managers::CONTROLLER as MANAGER;
 use crate::api::secret_keys::OPERATOR_PASSWORD;
@@ -31,7 +32,6 @@ use crate::controller::render::ClusterRender;
 use crate::credentials::{
     Passwords, Rotation, SystemCredentials, private_secret_name, secret_name,
 };
-use crate::fleet::ClusterKey;
 
 /// Where a cluster's two Secrets are.
 struct Places {

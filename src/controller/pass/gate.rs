@@ -7,14 +7,16 @@ use std::collections::HashMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+use crate::api::ClusterKey;
 use crate::api::annotations::ROLLOUT_WAVE;
 use crate::api::{Hold, ValkeyCluster};
 use crate::controller::memory::rollouts::Rollouts;
+use crate::fleet::Fleet;
 use crate::fleet::change::RollingInputs;
 use crate::fleet::resolve::{self, EffectiveConfig};
-use crate::fleet::rollout::{Asking, Policy, Progress, Standing, Verdict, WaitFor, Wave, wave_of};
+use crate::fleet::rollout::{Asking, Policy, Progress, Standing, Verdict, wave_of};
 use crate::fleet::window::Windows;
-use crate::fleet::{ClusterKey, Fleet};
+use crate::roll::rollout_waits::{WaitFor, Wave};
 use crate::roll::{DesiredShape, Lifecycle, ObservedNode, Role, StallReason, Step, WaitReason};
 
 /// The step to perform after the gate: `step` itself, or a wait when it would advance a roll the

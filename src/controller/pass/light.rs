@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use kube::runtime::controller::Action;
 
+use crate::api::ClusterKey;
 use crate::api::ValkeyCluster;
 use crate::controller::context::Context;
 use crate::controller::memory::settled::fingerprint;
 use crate::controller::pass::update_status::requeue_after;
 use crate::controller::status::progress;
 use crate::execute::observe::observe;
-use crate::fleet::ClusterKey;
 use crate::roll::Step;
 
 /// A settled cluster's periodic pass: what its Valkey nodes say, and nothing else while they

@@ -26,6 +26,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
 use crate::acl::{self};
+use crate::api::ClusterKey;
 use crate::api::secret_keys::TLS_CERT;
 use crate::controller::events::{ClusterEvent, publish};
 use crate::controller::host::KubeHost;
@@ -39,7 +40,6 @@ use crate::controller::status::NodeRefusal;
 use crate::credentials::Rotation;
 use crate::execute::acl::{DesiredAcl, apply_users};
 use crate::execute::{Member, NodeHost};
-use crate::fleet::ClusterKey;
 use crate::roll::{ObservedNode, Step};
 use crate::valkey::tls::ClusterNames;
 use crate::valkey::{Expected, NodeClient, Reach};

@@ -23,6 +23,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use crate::api::ClusterKey;
 use crate::api::annotations::HANDOVER_REQUESTED;
 use crate::api::field_managers::CONTROLLER as MANAGER;
 use crate::api::{NodeRole, ValkeyNode};
@@ -39,7 +40,6 @@ use crate::controller::status::{Reason, node_role};
 use crate::controller::view::has_stopped;
 use crate::execute::observe::observe;
 use crate::execute::{self, NodeHost};
-use crate::fleet::ClusterKey;
 use crate::roll::ObservedNode;
 use crate::valkey::Reach;
 

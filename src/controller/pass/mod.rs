@@ -48,6 +48,7 @@ use kube::runtime::finalizer::{Event as Finalized, finalizer};
 use kube::{Api, ResourceExt};
 use tracing::Instrument;
 
+use crate::api::ClusterKey;
 use crate::api::ValkeyCluster;
 use crate::api::bounds::Problem;
 use crate::api::finalizers::RETIRE_NODES;
@@ -59,7 +60,6 @@ use crate::controller::memory::settled::PassStart;
 use crate::controller::pass::read::{StoredStatus, read_nodes, read_status};
 use crate::controller::render::ClusterRender;
 use crate::controller::status::Reason;
-use crate::fleet::ClusterKey;
 use crate::fleet::resolve::EffectiveConfig;
 
 /// Reconciles one cluster (the entry point the controller runs).

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
+use crate::api::ClusterKey;
 use crate::api::{ValkeyCluster, ValkeyClusterStatus, ValkeyNode, labels};
 use crate::controller::context::Context;
 use crate::controller::error::Error;
@@ -26,7 +27,6 @@ use crate::controller::render::ClusterRender;
 use crate::controller::status::Reason;
 use crate::controller::view::{ClusterNodes, PodView};
 use crate::credentials::secret_name;
-use crate::fleet::ClusterKey;
 use crate::valkey::Reach;
 
 /// What step 2 read, but the nodes (the host takes those).

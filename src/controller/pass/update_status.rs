@@ -12,6 +12,7 @@ use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
+use crate::api::ClusterKey;
 use crate::api::field_managers::CONTROLLER as MANAGER;
 use crate::api::{ClusterState, ValkeyCluster, ValkeyClusterStatus};
 use crate::controller::context::Context;
@@ -27,8 +28,7 @@ use crate::controller::status::{
     set_condition, stall_is_new, stalled_for, stranger_is_new, summarize,
 };
 use crate::execute::Outcome;
-use crate::fleet::ClusterKey;
-use crate::fleet::rollout::WaitFor;
+use crate::roll::rollout_waits::WaitFor;
 use crate::roll::{JoinBlocker, Step, SwitchoverBlocker, WaitReason};
 use crate::words::first_of;
 
