@@ -292,6 +292,10 @@ pub struct ValkeyClusterStatus {
     /// What the roll in progress must remember across steps and operator restarts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub roll: Option<RollStatus>,
+    /// Where the cluster stands in its fleet rollout, as the operator's gate decided in its
+    /// last pass: `upToDate`, `rolling`, `queued`, `held`, `stalled` or `stuck`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutProgress>,
 }
 
 /// The memory of a roll: the revision it rolls towards and the shards that already had their
@@ -320,6 +324,45 @@ pub struct RollStatus {
 pub struct FailoverAttempts {
     pub shard: i32,
     pub attempts: i32,
+}
+
+/// Where a cluster stands in its fleet rollout, as the operator's gate last saw it (the config's
+/// counts in its `status.fleet` are made of the same words). Worst first.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum RolloutProgress {
+    /// Stalled on the change itself (its new nodes never came up, a failover onto one never
+    /// took effect): a rollout with a policy halts for it.
+    Stalled,
+    /// Stalled for a cause of its own (its nodes refuse the operator's login, a dead primary, a
+    /// switchover its people asked for that cannot be done): it halts nobody and holds no place
+    /// under the rollout's cap.
+    Stuck,
+    /// Started: some node runs the desired revision, some do not yet.
+    Rolling,
+    /// Outdated and not started: the rollout keeps it waiting (a cap, a wave, a pause, a halt,
+    /// a maintenance window).
+    Queued,
+    /// Outdated, and held on its revision by a person: the rest of its rollout goes on.
+    Held,
+    /// Every node runs the desired revision.
+    UpToDate,
+}
+
+impl RolloutProgress {
+    /// The word `kubectl valkey fleet` prints.
+    pub fn word(self) -> &'static str {
+        match self {
+            RolloutProgress::Stalled => "stalled",
+            RolloutProgress::Stuck => "stuck",
+            RolloutProgress::Rolling => "rolling",
+            RolloutProgress::Queued => "queued",
+            RolloutProgress::Held => "held",
+            RolloutProgress::UpToDate => "up to date",
+        }
+    }
 }
 
 /// The cluster's lifecycle as users see it.

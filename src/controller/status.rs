@@ -12,7 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::acl::AclError;
 use crate::api::{
-    ClusterNodeStatus, ClusterState, NodeRole, ShardStatus, ValkeyClusterStatus, ValkeyNode,
+    ClusterNodeStatus, ClusterState, NodeRole, RolloutProgress, ShardStatus, ValkeyClusterStatus,
+    ValkeyNode,
 };
 use crate::execute::acl::Refusal;
 use crate::metrics::{NodeGauges, RollProgress};
@@ -265,6 +266,8 @@ pub struct PassReport<'a> {
     pub step: &'a Step,
     /// The planned step failed with this error.
     pub failure: Option<String>,
+    /// Where the gate put the cluster in its fleet rollout.
+    pub rollout: Option<RolloutProgress>,
 }
 
 /// The status after a pass, from the status before it (for `state` and transition times).
@@ -297,6 +300,7 @@ pub fn summarize(
         message: None,
         desired_revision: Some(pass.desired.revision.clone()),
         roll: None,
+        rollout: pass.rollout,
     };
     for verdict in verdicts(pass, all_served) {
         set_condition(

@@ -133,6 +133,7 @@ fn a_converged_cluster_serving_every_slot_is_active_ready_and_healthy() {
         desired: &desired("r1"),
         step: &Step::Converged,
         failure: None,
+        rollout: None,
     };
     let status = summarize(&ValkeyClusterStatus::default(), &pass, at(10));
     assert_eq!(status.state, Some(ClusterState::Active));
@@ -174,6 +175,7 @@ fn a_stall_is_degraded_and_an_active_cluster_stays_active_while_slots_are_unserv
         desired: &desired("r2"),
         step: &stalled,
         failure: None,
+        rollout: None,
     };
     let before = ValkeyClusterStatus {
         state: Some(ClusterState::Active),
@@ -209,6 +211,7 @@ fn a_failed_step_says_which_step_and_why() {
         desired: &desired("r1"),
         step: &step,
         failure: Some("pods is forbidden".into()),
+        rollout: None,
     };
     let status = summarize(&ValkeyClusterStatus::default(), &pass, at(10));
     let degraded = condition(&status, ConditionType::Degraded);
@@ -457,6 +460,7 @@ fn creation_reaches_active_when_every_shard_has_its_replicas_and_invalid_recover
             desired: &with_replicas,
             step: &Step::Converged,
             failure: None,
+            rollout: None,
         };
         let before = ValkeyClusterStatus {
             state: before,

@@ -29,11 +29,11 @@
 //! annotation [`ROLLOUT_WAVE`](crate::api::annotations::ROLLOUT_WAVE) a cluster's owner may put on it counts only where the policy
 //! allows it (after the policy's waves); every other cluster is in the last wave.
 //!
-//! Only a stall of the change itself halts a group ([`Progress::Stalled`]): its new nodes never
+//! Only a stall of the change itself halts a group ([`RolloutProgress::Stalled`]): its new nodes never
 //! come up, or a failover onto one never takes effect. A cluster stalled for a cause of its own
 //! (its nodes refuse the operator's login, a dead primary, its Pods refused by a quota) is
-//! [`Progress::Stuck`]: counted, shown, but it halts nobody and holds no place under the cap.
-//! A cluster a person holds on its revision ([`Progress::Held`], the controller's gate decides
+//! [`RolloutProgress::Stuck`]: counted, shown, but it halts nobody and holds no place under the cap.
+//! A cluster a person holds on its revision ([`RolloutProgress::Held`], the controller's gate decides
 //! it before this one: annotation [`ROLLOUT_HOLD`](crate::api::annotations::ROLLOUT_HOLD)) is
 //! the same: the rest of its group rolls past it.
 
@@ -42,7 +42,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::ClusterKey;
-use crate::api::RolloutPolicy;
+use crate::api::{RolloutPolicy, RolloutProgress};
 use crate::fleet::window::{Opening, Windows};
 use crate::roll::rollout_waits::{WaitFor, Wave};
 
@@ -65,25 +65,6 @@ pub fn wave_of(key: &ClusterKey, policy: &RolloutPolicy, annotation: Option<&str
     }
 }
 
-/// Where a cluster stands in its rollout, as its last pass saw it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Progress {
-    /// Every node runs the desired revision.
-    UpToDate,
-    /// Started: some node runs the desired revision, some do not yet.
-    Rolling,
-    /// Outdated and not started: the gate keeps it waiting.
-    Queued,
-    /// The planner stalled on the change itself (see the module): the group halts.
-    Stalled,
-    /// The planner stalled for a cause of the cluster's own: it halts nobody and holds no
-    /// place under the cap.
-    Stuck,
-    /// Outdated, and held on its revision by a person: like [`Progress::Stuck`], it halts
-    /// nobody, holds no place under the cap, and no later wave waits for it.
-    Held,
-}
-
 /// One cluster as the gate and the config status see it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Standing {
@@ -99,7 +80,7 @@ pub struct Standing {
     /// whatever its own placement. Members are compared by it, so a standing from before a change
     /// (reported under the old target) never counts as done, rolling or stalled on the new one.
     pub target: String,
-    pub progress: Progress,
+    pub progress: RolloutProgress,
 }
 
 /// A group's policy (`spec.rollout` of the group's config).
@@ -154,7 +135,7 @@ pub fn gate(asking: &Asking, fleet: &BTreeMap<ClusterKey, Standing>) -> Verdict 
     let halted = group
         .iter()
         .filter(same_target)
-        .find(|(_, other)| other.progress == Progress::Stalled);
+        .find(|(_, other)| other.progress == RolloutProgress::Stalled);
     if asking.started && asking.mid_shard {
         return Verdict::Go;
     }
@@ -181,11 +162,15 @@ pub fn gate(asking: &Asking, fleet: &BTreeMap<ClusterKey, Standing>) -> Verdict 
         });
     }
     // A cluster stuck for its own cause, or held by a person, holds no later wave back.
-    let aside = |progress: Progress| matches!(progress, Progress::Stuck | Progress::Held);
+    let aside = |progress: RolloutProgress| {
+        matches!(progress, RolloutProgress::Stuck | RolloutProgress::Held)
+    };
     let earlier = group
         .iter()
         .filter(|(_, other)| other.wave < standing.wave && !aside(other.progress))
-        .find(|(_, other)| other.progress != Progress::UpToDate || other.target != standing.target);
+        .find(|(_, other)| {
+            other.progress != RolloutProgress::UpToDate || other.target != standing.target
+        });
     if let Some((behind, other)) = earlier {
         return Verdict::Wait(WaitFor::EarlierWave {
             wave: other.wave,
@@ -195,7 +180,7 @@ pub fn gate(asking: &Asking, fleet: &BTreeMap<ClusterKey, Standing>) -> Verdict 
     let rolling = group
         .iter()
         .filter(same_target)
-        .filter(|(_, other)| other.progress == Progress::Rolling)
+        .filter(|(_, other)| other.progress == RolloutProgress::Rolling)
         .count();
     let rolling = u32::try_from(rolling).unwrap_or(u32::MAX);
     match policy.max_concurrent {
@@ -220,17 +205,17 @@ pub struct Tally {
 }
 
 impl Tally {
-    fn count(&mut self, progress: Progress) {
+    fn count(&mut self, progress: RolloutProgress) {
         self.clusters += 1;
         let bucket = match progress {
-            Progress::UpToDate => &mut self.up_to_date,
-            Progress::Rolling => &mut self.rolling,
-            Progress::Queued => &mut self.queued,
-            Progress::Stalled | Progress::Stuck => &mut self.stalled,
-            Progress::Held => &mut self.held,
+            RolloutProgress::UpToDate => &mut self.up_to_date,
+            RolloutProgress::Rolling => &mut self.rolling,
+            RolloutProgress::Queued => &mut self.queued,
+            RolloutProgress::Stalled | RolloutProgress::Stuck => &mut self.stalled,
+            RolloutProgress::Held => &mut self.held,
         };
         *bucket += 1;
-        if progress == Progress::Stalled {
+        if progress == RolloutProgress::Stalled {
             self.halting += 1;
         }
     }

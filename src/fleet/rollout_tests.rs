@@ -6,7 +6,7 @@ fn key(name: &str) -> ClusterKey {
     ClusterKey::new("ns", name)
 }
 
-fn standing(wave: Wave, progress: Progress) -> Standing {
+fn standing(wave: Wave, progress: RolloutProgress) -> Standing {
     Standing {
         group: Some("base".into()),
         chain: vec!["child".into(), "base".into()],
@@ -17,7 +17,7 @@ fn standing(wave: Wave, progress: Progress) -> Standing {
     }
 }
 
-fn fleet(members: &[(&str, Wave, Progress)]) -> BTreeMap<ClusterKey, Standing> {
+fn fleet(members: &[(&str, Wave, RolloutProgress)]) -> BTreeMap<ClusterKey, Standing> {
     members
         .iter()
         .map(|(name, wave, progress)| (key(name), standing(*wave, *progress)))
@@ -52,9 +52,9 @@ fn ask<'a>(key: &'a ClusterKey, standing: &'a Standing, max: Option<u32>) -> Ask
 
 #[test]
 fn a_new_leader_starts_nobody_until_it_has_seen_every_member() {
-    let fleet = fleet(&[("a", Wave::Last, Progress::Rolling)]);
+    let fleet = fleet(&[("a", Wave::Last, RolloutProgress::Rolling)]);
     let me = key("me");
-    let mine = standing(Wave::Last, Progress::Queued);
+    let mine = standing(Wave::Last, RolloutProgress::Queued);
     let members = [key("a"), key("me"), key("b")];
     let mut asking = ask(&me, &mine, Some(2));
     asking.members = &members;
@@ -72,11 +72,11 @@ fn a_new_leader_starts_nobody_until_it_has_seen_every_member() {
 #[test]
 fn without_a_policy_everything_starts_at_once_unless_paused() {
     let fleet = fleet(&[
-        ("a", Wave::Last, Progress::Rolling),
-        ("b", Wave::Last, Progress::Stalled),
+        ("a", Wave::Last, RolloutProgress::Rolling),
+        ("b", Wave::Last, RolloutProgress::Stalled),
     ]);
     let me = key("c");
-    let mine = standing(Wave::Last, Progress::Queued);
+    let mine = standing(Wave::Last, RolloutProgress::Queued);
     let mut asking = ask(&me, &mine, None);
     asking.policy = None;
     assert_eq!(gate(&asking, &fleet), Verdict::Go);
@@ -87,12 +87,12 @@ fn without_a_policy_everything_starts_at_once_unless_paused() {
 #[test]
 fn the_cap_counts_members_rolling_on_the_same_target() {
     let mut fleet = fleet(&[
-        ("a", Wave::Last, Progress::Rolling),
-        ("b", Wave::Last, Progress::Rolling),
-        ("c", Wave::Last, Progress::UpToDate),
+        ("a", Wave::Last, RolloutProgress::Rolling),
+        ("b", Wave::Last, RolloutProgress::Rolling),
+        ("c", Wave::Last, RolloutProgress::UpToDate),
     ]);
     let me = key("d");
-    let mine = standing(Wave::Last, Progress::Queued);
+    let mine = standing(Wave::Last, RolloutProgress::Queued);
     assert_eq!(
         gate(&ask(&me, &mine, Some(2)), &fleet),
         Verdict::Wait(WaitFor::Capped { rolling: 2 })
@@ -112,11 +112,11 @@ fn the_cap_counts_members_rolling_on_the_same_target() {
 #[test]
 fn a_wave_starts_once_every_earlier_wave_is_up_to_date() {
     let mut fleet = fleet(&[
-        ("canary", Wave::Numbered(0), Progress::Rolling),
-        ("other", Wave::Last, Progress::Queued),
+        ("canary", Wave::Numbered(0), RolloutProgress::Rolling),
+        ("other", Wave::Last, RolloutProgress::Queued),
     ]);
     let me = key("me");
-    let mine = standing(Wave::Last, Progress::Queued);
+    let mine = standing(Wave::Last, RolloutProgress::Queued);
     assert_eq!(
         gate(&ask(&me, &mine, None), &fleet),
         Verdict::Wait(WaitFor::EarlierWave {
@@ -126,7 +126,7 @@ fn a_wave_starts_once_every_earlier_wave_is_up_to_date() {
     );
     // Up to date, but on the change before (its last pass predates this one): not done yet.
     if let Some(canary) = fleet.get_mut(&key("canary")) {
-        canary.progress = Progress::UpToDate;
+        canary.progress = RolloutProgress::UpToDate;
         canary.target = "r1".into();
     }
     assert!(matches!(
@@ -142,17 +142,17 @@ fn a_wave_starts_once_every_earlier_wave_is_up_to_date() {
 #[test]
 fn a_stall_halts_new_starts_and_rolling_members_stop_between_shards() {
     let fleet = fleet(&[
-        ("canary", Wave::Numbered(0), Progress::Stalled),
-        ("rolling", Wave::Numbered(1), Progress::Rolling),
+        ("canary", Wave::Numbered(0), RolloutProgress::Stalled),
+        ("rolling", Wave::Numbered(1), RolloutProgress::Rolling),
     ]);
     let me = key("me");
-    let mine = standing(Wave::Numbered(1), Progress::Queued);
+    let mine = standing(Wave::Numbered(1), RolloutProgress::Queued);
     let halted = Verdict::Wait(WaitFor::Halted {
         stalled: key("canary"),
     });
     assert_eq!(gate(&ask(&me, &mine, None), &fleet), halted);
     let rolling = key("rolling");
-    let its = standing(Wave::Numbered(1), Progress::Rolling);
+    let its = standing(Wave::Numbered(1), RolloutProgress::Rolling);
     let mut going_on = ask(&rolling, &its, None);
     going_on.started = true;
     going_on.mid_shard = true;
@@ -168,11 +168,11 @@ fn a_stall_halts_new_starts_and_rolling_members_stop_between_shards() {
 #[test]
 fn a_started_cluster_between_shards_waits_for_a_place_under_the_cap() {
     let fleet = fleet(&[
-        ("a", Wave::Last, Progress::Rolling),
-        ("b", Wave::Last, Progress::Rolling),
+        ("a", Wave::Last, RolloutProgress::Rolling),
+        ("b", Wave::Last, RolloutProgress::Rolling),
     ]);
     let me = key("me");
-    let mine = standing(Wave::Last, Progress::Rolling);
+    let mine = standing(Wave::Last, RolloutProgress::Rolling);
     let mut asking = ask(&me, &mine, Some(2));
     asking.started = true;
     asking.mid_shard = true;
@@ -188,7 +188,7 @@ fn a_started_cluster_between_shards_waits_for_a_place_under_the_cap() {
 fn a_pause_stops_starts_and_holds_rolling_members_between_shards() {
     let fleet = fleet(&[]);
     let me = key("me");
-    let mine = standing(Wave::Last, Progress::Rolling);
+    let mine = standing(Wave::Last, RolloutProgress::Rolling);
     let mut asking = ask(&me, &mine, None);
     asking.paused = true;
     asking.started = true;
@@ -210,9 +210,9 @@ fn waves_come_from_the_annotation_and_unnumbered_clusters_go_last() {
 #[test]
 fn tallies_count_each_cluster_for_every_config_of_its_chain_and_its_image() {
     let fleet = fleet(&[
-        ("a", Wave::Last, Progress::UpToDate),
-        ("b", Wave::Last, Progress::Rolling),
-        ("c", Wave::Last, Progress::Stalled),
+        ("a", Wave::Last, RolloutProgress::UpToDate),
+        ("b", Wave::Last, RolloutProgress::Rolling),
+        ("c", Wave::Last, RolloutProgress::Stalled),
     ]);
     let (configs, images) = tallies(&fleet);
     let expected = Tally {
@@ -236,8 +236,8 @@ fn tallies_count_each_cluster_for_every_config_of_its_chain_and_its_image() {
     assert_eq!(done.phase(true), "Complete");
     // Stuck for a cause of its own: counted, but nobody is halted.
     let stuck = self::fleet(&[
-        ("a", Wave::Last, Progress::UpToDate),
-        ("c", Wave::Last, Progress::Stuck),
+        ("a", Wave::Last, RolloutProgress::UpToDate),
+        ("c", Wave::Last, RolloutProgress::Stuck),
     ]);
     let (configs, _) = tallies(&stuck);
     let tally = configs["base"];
@@ -287,8 +287,8 @@ fn waves_are_the_policys_and_an_owners_annotation_counts_only_where_it_allows() 
 #[test]
 fn a_cluster_stuck_for_its_own_cause_holds_no_later_wave_and_halts_nobody() {
     let mut fleet = fleet(&[
-        ("canary", Wave::Numbered(0), Progress::Stuck),
-        ("other", Wave::Last, Progress::Queued),
+        ("canary", Wave::Numbered(0), RolloutProgress::Stuck),
+        ("other", Wave::Last, RolloutProgress::Queued),
     ]);
     let key = key("other");
     let standing = fleet.remove(&key).unwrap();
@@ -306,7 +306,7 @@ fn a_cluster_stuck_for_its_own_cause_holds_no_later_wave_and_halts_nobody() {
     };
     assert_eq!(gate(&asking, &fleet), Verdict::Go);
     let canary = self::key("canary");
-    fleet.get_mut(&canary).unwrap().progress = Progress::Stalled;
+    fleet.get_mut(&canary).unwrap().progress = RolloutProgress::Stalled;
     assert!(matches!(
         gate(&asking, &fleet),
         Verdict::Wait(WaitFor::Halted { .. })
@@ -316,9 +316,9 @@ fn a_cluster_stuck_for_its_own_cause_holds_no_later_wave_and_halts_nobody() {
 #[test]
 fn a_held_cluster_holds_no_later_wave_and_no_place_under_the_cap() {
     let mut fleet = fleet(&[
-        ("canary", Wave::Numbered(0), Progress::Held),
-        ("held", Wave::Last, Progress::Held),
-        ("other", Wave::Last, Progress::Queued),
+        ("canary", Wave::Numbered(0), RolloutProgress::Held),
+        ("held", Wave::Last, RolloutProgress::Held),
+        ("other", Wave::Last, RolloutProgress::Queued),
     ]);
     let key = key("other");
     let standing = fleet.remove(&key).unwrap();
@@ -326,7 +326,7 @@ fn a_held_cluster_holds_no_later_wave_and_no_place_under_the_cap() {
     assert_eq!(gate(&asking, &fleet), Verdict::Go);
     // Released, the canary is an earlier wave not yet up to date again.
     let canary = self::key("canary");
-    fleet.get_mut(&canary).unwrap().progress = Progress::Queued;
+    fleet.get_mut(&canary).unwrap().progress = RolloutProgress::Queued;
     assert!(matches!(
         gate(&asking, &fleet),
         Verdict::Wait(WaitFor::EarlierWave { .. })
@@ -336,12 +336,16 @@ fn a_held_cluster_holds_no_later_wave_and_no_place_under_the_cap() {
 #[test]
 fn a_rollout_whose_only_outdated_clusters_are_held_reads_held() {
     let mut tally = Tally::default();
-    for progress in [Progress::UpToDate, Progress::Held, Progress::UpToDate] {
+    for progress in [
+        RolloutProgress::UpToDate,
+        RolloutProgress::Held,
+        RolloutProgress::UpToDate,
+    ] {
         tally.count(progress);
     }
     assert_eq!((tally.clusters, tally.up_to_date, tally.held), (3, 2, 1));
     assert_eq!(tally.phase(false), "Held");
-    tally.count(Progress::Queued);
+    tally.count(RolloutProgress::Queued);
     assert_eq!(tally.phase(false), "Rolling");
     assert_eq!(tally.phase(true), "Paused");
 }
@@ -349,9 +353,9 @@ fn a_rollout_whose_only_outdated_clusters_are_held_reads_held() {
 #[test]
 fn outside_its_windows_a_cluster_waits_for_the_next_but_finishes_a_shard_in_flight() {
     use crate::api::MaintenanceWindow;
-    let fleet = fleet(&[("a", Wave::Last, Progress::UpToDate)]);
+    let fleet = fleet(&[("a", Wave::Last, RolloutProgress::UpToDate)]);
     let me = key("me");
-    let mine = standing(Wave::Last, Progress::Queued);
+    let mine = standing(Wave::Last, RolloutProgress::Queued);
     let nightly = MaintenanceWindow {
         days: vec![],
         start: "02:00".into(),

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
@@ -14,7 +13,7 @@ use serde::Serialize;
 use super::status::table;
 use crate::api::ClusterKey;
 use crate::api::annotations::ROLLOUT_PAUSED;
-use crate::api::{FleetStatus, ValkeyCluster, ValkeyConfig};
+use crate::api::{FleetStatus, RolloutProgress, ValkeyCluster, ValkeyConfig};
 use crate::fleet::Fleet;
 
 /// How `fleet` prints.
@@ -22,29 +21,6 @@ use crate::fleet::Fleet;
 pub enum Output {
     Table,
     Json,
-}
-
-/// Where a cluster stands in its rollout, worst first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Standing {
-    Stalled,
-    Rolling,
-    Queued,
-    Held,
-    UpToDate,
-}
-
-impl Standing {
-    fn word(self) -> &'static str {
-        match self {
-            Standing::Stalled => "stalled",
-            Standing::Rolling => "rolling",
-            Standing::Queued => "queued",
-            Standing::Held => "held",
-            Standing::UpToDate => "up to date",
-        }
-    }
 }
 
 /// One config and its clusters.
@@ -65,7 +41,8 @@ pub struct ConfigView {
 pub struct ClusterView {
     pub namespace: String,
     pub name: String,
-    pub standing: Standing,
+    /// As the operator's gate last wrote it (`status.rollout`); `None` before its first pass.
+    pub standing: Option<RolloutProgress>,
     pub state: String,
     pub version: String,
     pub outdated_nodes: i32,
@@ -88,7 +65,7 @@ pub async fn fleet(client: &Client, only: Option<&str>, output: Output) -> anyho
     {
         anyhow::bail!("ValkeyConfig {name} not found");
     }
-    let views = view(&configs, &clusters, only, Timestamp::now());
+    let views = view(&configs, &clusters, only);
     Ok(match output {
         Output::Json => serde_json::to_string_pretty(&views).context("writing JSON")? + "\n",
         Output::Table => render(&views),
@@ -100,7 +77,6 @@ pub fn view(
     configs: &[ValkeyConfig],
     clusters: &[ValkeyCluster],
     only: Option<&str>,
-    now: Timestamp,
 ) -> Vec<ConfigView> {
     // The fleet index answers which clusters resolve through a config, as admission asks it.
     let mut fleet = Fleet::default();
@@ -121,10 +97,12 @@ pub fn view(
             let name = config.name_any();
             let mut clusters: Vec<ClusterView> = (fleet.clusters_resolving_through(&name))
                 .iter()
-                .filter_map(|key| Some(cluster_view(by_key.get(key)?, now)))
+                .filter_map(|key| Some(cluster_view(by_key.get(key)?)))
                 .collect();
+            // Worst first; clusters the operator has not judged yet last.
+            let order = |c: &ClusterView| (c.standing.is_none(), c.standing);
             clusters.sort_by(|a, b| {
-                (a.standing, &a.namespace, &a.name).cmp(&(b.standing, &b.namespace, &b.name))
+                (order(a), &a.namespace, &a.name).cmp(&(order(b), &b.namespace, &b.name))
             });
             ConfigView {
                 name,
@@ -141,28 +119,18 @@ pub fn view(
     views
 }
 
-/// Where `cluster` stands, from its status and its hold annotation.
-pub fn cluster_view(cluster: &ValkeyCluster, now: Timestamp) -> ClusterView {
+/// Where `cluster` stands, as its status says: the gate's word, the state, the running
+/// versions and why (the `Progressing` condition's message). Nothing is worked out again here.
+pub fn cluster_view(cluster: &ValkeyCluster) -> ClusterView {
     let status = cluster.status.clone().unwrap_or_default();
     let condition = |type_: &str| status.conditions.iter().find(|c| c.type_ == type_);
-    let stalled =
-        condition("Degraded").is_some_and(|c| c.status == "True" && c.reason == "RollStalled");
-    let outdated = status.outdated_nodes.unwrap_or(0);
-    let started = status.nodes.iter().any(|n| !n.outdated);
-    let standing = match () {
-        _ if stalled => Standing::Stalled,
-        _ if outdated == 0 => Standing::UpToDate,
-        _ if cluster.rollout_hold(now).is_some() => Standing::Held,
-        _ if started => Standing::Rolling,
-        _ => Standing::Queued,
-    };
     ClusterView {
         namespace: cluster.namespace().unwrap_or_default(),
         name: cluster.name_any(),
-        standing,
+        standing: status.rollout,
         state: status.state.map_or("Creating".into(), |s| format!("{s:?}")),
         version: status.version.unwrap_or_else(|| "-".into()),
-        outdated_nodes: outdated,
+        outdated_nodes: status.outdated_nodes.unwrap_or(0),
         why: condition("Progressing").map_or(String::new(), |c| c.message.clone()),
     }
 }
@@ -218,7 +186,7 @@ pub fn render(views: &[ConfigView]) -> String {
             [
                 format!("  {}", c.namespace),
                 c.name.clone(),
-                c.standing.word().to_string(),
+                c.standing.map_or("-", RolloutProgress::word).to_string(),
                 c.state.clone(),
                 c.version.clone(),
                 c.outdated_nodes.to_string(),
@@ -234,7 +202,7 @@ pub fn render(views: &[ConfigView]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{ClusterNodeStatus, ValkeyClusterSpec, ValkeyClusterStatus, ValkeyConfigSpec};
+    use crate::api::{ValkeyClusterSpec, ValkeyClusterStatus, ValkeyConfigSpec};
 
     fn config(name: &str, base: Option<&str>) -> ValkeyConfig {
         ValkeyConfig::new(
@@ -247,7 +215,8 @@ mod tests {
         )
     }
 
-    fn cluster(name: &str, config: &str, outdated: i32, started: bool) -> ValkeyCluster {
+    /// A cluster on `config` whose status says `rollout`.
+    fn cluster(name: &str, config: &str, rollout: Option<RolloutProgress>) -> ValkeyCluster {
         let mut cluster = ValkeyCluster::new(
             name,
             ValkeyClusterSpec {
@@ -262,39 +231,26 @@ mod tests {
             },
         );
         cluster.metadata.namespace = Some("team-a".into());
-        let node = |outdated| ClusterNodeStatus {
-            name: "n".into(),
-            shard: 0,
-            role: None,
-            lifecycle: None,
-            version: "9.0.0".into(),
-            outdated,
-        };
         cluster.status = Some(ValkeyClusterStatus {
-            outdated_nodes: Some(outdated),
-            nodes: vec![node(!started)],
+            rollout,
             ..Default::default()
         });
         cluster
     }
 
     #[test]
-    fn each_cluster_shows_under_every_config_of_its_chain_worst_first() {
-        let now: Timestamp = "2026-12-04T12:00:00Z".parse().unwrap();
+    fn each_cluster_shows_under_every_config_of_its_chain_worst_first_as_its_status_says() {
         let configs = [config("base", None), config("child", Some("base"))];
-        let mut held = cluster("held", "child", 2, false);
-        held.metadata.annotations = Some(BTreeMap::from([(
-            crate::api::annotations::ROLLOUT_HOLD.to_string(),
-            "true".to_string(),
-        )]));
         let clusters = [
-            cluster("done", "base", 0, true),
-            cluster("moving", "child", 1, true),
-            cluster("waiting", "child", 2, false),
-            held,
+            cluster("done", "base", Some(RolloutProgress::UpToDate)),
+            cluster("moving", "child", Some(RolloutProgress::Rolling)),
+            cluster("new", "child", None),
+            cluster("waiting", "child", Some(RolloutProgress::Queued)),
+            cluster("held", "child", Some(RolloutProgress::Held)),
+            cluster("locked", "child", Some(RolloutProgress::Stuck)),
         ];
-        let views = view(&configs, &clusters, None, now);
-        let names = |i: usize| -> Vec<(&str, Standing)> {
+        let views = view(&configs, &clusters, None);
+        let names = |i: usize| -> Vec<(&str, Option<RolloutProgress>)> {
             views[i]
                 .clusters
                 .iter()
@@ -304,16 +260,19 @@ mod tests {
         assert_eq!(
             names(0),
             [
-                ("moving", Standing::Rolling),
-                ("waiting", Standing::Queued),
-                ("held", Standing::Held),
-                ("done", Standing::UpToDate),
+                ("locked", Some(RolloutProgress::Stuck)),
+                ("moving", Some(RolloutProgress::Rolling)),
+                ("waiting", Some(RolloutProgress::Queued)),
+                ("held", Some(RolloutProgress::Held)),
+                ("done", Some(RolloutProgress::UpToDate)),
+                ("new", None),
             ]
         );
-        assert_eq!(names(1).len(), 3, "the child's clusters only");
-        let only = view(&configs, &clusters, Some("child"), now);
+        assert_eq!(names(1).len(), 5, "the child's clusters only");
+        let only = view(&configs, &clusters, Some("child"));
         assert_eq!(only.len(), 1);
         let text = render(&only);
         assert!(text.contains("CONFIG") && text.contains("held"), "{text}");
+        assert!(text.contains("stuck"), "{text}");
     }
 }

@@ -8,8 +8,9 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::api::ClusterKey;
+use crate::api::RolloutProgress;
 use crate::controller::memory::ClusterMemory;
-use crate::fleet::rollout::{Asking, LEARNING, Progress, Standing, Verdict, gate};
+use crate::fleet::rollout::{Asking, LEARNING, Standing, Verdict, gate};
 
 /// Every cluster's last standing, since this replica started leading.
 #[derive(Debug, Default)]
@@ -25,13 +26,15 @@ pub struct Rollouts {
 /// clusters of its group: a roll finished (a place under the cap, or a wave done), a stall
 /// ended (a halt lifted) or began (they are halted now, and say so). Not every step of every
 /// member: under a cap of 2, waking 200 queued clusters at each would cost more than polling.
-fn moves_the_gate(before: Progress, after: Progress) -> bool {
+fn moves_the_gate(before: RolloutProgress, after: RolloutProgress) -> bool {
     match (before, after) {
-        (Progress::Rolling, Progress::UpToDate | Progress::Queued) => true,
-        (Progress::Stalled, other) | (other, Progress::Stalled) => other != Progress::Stalled,
-        (Progress::Rolling, Progress::Stuck) => true,
+        (RolloutProgress::Rolling, RolloutProgress::UpToDate | RolloutProgress::Queued) => true,
+        (RolloutProgress::Stalled, other) | (other, RolloutProgress::Stalled) => {
+            other != RolloutProgress::Stalled
+        }
+        (RolloutProgress::Rolling, RolloutProgress::Stuck) => true,
         // Held: its place under the cap and in its wave is free.
-        (before, Progress::Held) => before != Progress::Held,
+        (before, RolloutProgress::Held) => before != RolloutProgress::Held,
         _ => false,
     }
 }
@@ -50,7 +53,7 @@ impl Rollouts {
             .is_some_and(|before| moves_the_gate(before.progress, standing.progress));
         if frees && standing.group.is_some() {
             let queued = standings.iter().filter(|(other, s)| {
-                *other != key && s.group == standing.group && s.progress == Progress::Queued
+                *other != key && s.group == standing.group && s.progress == RolloutProgress::Queued
             });
             let mut wakes = self.wakes.lock().unwrap_or_else(|p| p.into_inner());
             wakes.extend(queued.map(|(other, _)| other.clone()));
@@ -76,12 +79,18 @@ impl Rollouts {
         // Between shards and held, a started cluster waits like a queued one: counted as
         // rolling, three held clusters under a cap of two would wait for each other forever.
         standing.progress = match verdict {
-            Verdict::Go => Progress::Rolling,
-            Verdict::Wait(_) if asking.mid_shard => Progress::Rolling,
-            Verdict::Wait(_) => Progress::Queued,
+            Verdict::Go => RolloutProgress::Rolling,
+            Verdict::Wait(_) if asking.mid_shard => RolloutProgress::Rolling,
+            Verdict::Wait(_) => RolloutProgress::Queued,
         };
         self.replace(&mut standings, asking.key, standing);
         verdict
+    }
+
+    /// Where `key` stands now, as the gate last recorded it.
+    pub fn progress(&self, key: &ClusterKey) -> Option<RolloutProgress> {
+        let standings = self.standings.lock().unwrap_or_else(|p| p.into_inner());
+        standings.get(key).map(|standing| standing.progress)
     }
 
     pub fn record(&self, key: &ClusterKey, standing: Standing) {
@@ -94,7 +103,7 @@ impl Rollouts {
         let mut standings = self.standings.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(mut gone) = standings.get(key).cloned() {
             // Gone counts as done: its place under the cap is free.
-            gone.progress = Progress::UpToDate;
+            gone.progress = RolloutProgress::UpToDate;
             self.replace(&mut standings, key, gone);
         }
         standings.remove(key);
@@ -147,7 +156,7 @@ impl ClusterMemory for Rollouts {
             image: String::new(),
             wave: crate::roll::rollout_waits::Wave::Last,
             target: String::new(),
-            progress: Progress::UpToDate,
+            progress: RolloutProgress::UpToDate,
         };
         self.record(cluster, standing);
     }
@@ -157,7 +166,7 @@ impl ClusterMemory for Rollouts {
 mod tests {
     use super::*;
 
-    fn standing(group: &str, progress: Progress) -> Standing {
+    fn standing(group: &str, progress: RolloutProgress) -> Standing {
         Standing {
             group: Some(group.into()),
             chain: vec![group.into()],
@@ -172,22 +181,25 @@ mod tests {
     fn a_place_freed_or_a_halt_wakes_the_queued_clusters_of_its_group_once() {
         let rollouts = Rollouts::default();
         let key = |name: &str| ClusterKey::new("shop", name);
-        rollouts.record(&key("a"), standing("fleet", Progress::Rolling));
-        rollouts.record(&key("b"), standing("fleet", Progress::Queued));
-        rollouts.record(&key("c"), standing("fleet", Progress::Queued));
-        rollouts.record(&key("other"), standing("elsewhere", Progress::Queued));
+        rollouts.record(&key("a"), standing("fleet", RolloutProgress::Rolling));
+        rollouts.record(&key("b"), standing("fleet", RolloutProgress::Queued));
+        rollouts.record(&key("c"), standing("fleet", RolloutProgress::Queued));
+        rollouts.record(
+            &key("other"),
+            standing("elsewhere", RolloutProgress::Queued),
+        );
         assert!(rollouts.take_wakes().is_empty(), "nothing freed yet");
-        rollouts.record(&key("a"), standing("fleet", Progress::Rolling));
+        rollouts.record(&key("a"), standing("fleet", RolloutProgress::Rolling));
         assert!(rollouts.take_wakes().is_empty(), "still rolling");
-        rollouts.record(&key("a"), standing("fleet", Progress::UpToDate));
+        rollouts.record(&key("a"), standing("fleet", RolloutProgress::UpToDate));
         assert_eq!(rollouts.take_wakes(), vec![key("b"), key("c")]);
         assert!(rollouts.take_wakes().is_empty(), "each wake is taken once");
 
-        rollouts.record(&key("b"), standing("fleet", Progress::Rolling));
+        rollouts.record(&key("b"), standing("fleet", RolloutProgress::Rolling));
         assert!(rollouts.take_wakes().is_empty(), "b took a place");
-        rollouts.record(&key("b"), standing("fleet", Progress::Stalled));
+        rollouts.record(&key("b"), standing("fleet", RolloutProgress::Stalled));
         assert_eq!(rollouts.take_wakes(), vec![key("c")], "halted now");
-        rollouts.record(&key("b"), standing("fleet", Progress::Rolling));
+        rollouts.record(&key("b"), standing("fleet", RolloutProgress::Rolling));
         assert_eq!(rollouts.take_wakes(), vec![key("c")], "a halt lifted");
         rollouts.forget(&key("b"));
         assert_eq!(

@@ -8,13 +8,14 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::api::ClusterKey;
+use crate::api::RolloutProgress;
 use crate::api::annotations::ROLLOUT_WAVE;
 use crate::api::{Hold, ValkeyCluster};
 use crate::controller::memory::rollouts::Rollouts;
 use crate::fleet::Fleet;
 use crate::fleet::change::RollingInputs;
 use crate::fleet::resolve::{self, EffectiveConfig};
-use crate::fleet::rollout::{Asking, Policy, Progress, Standing, Verdict, wave_of};
+use crate::fleet::rollout::{Asking, Policy, Standing, Verdict, wave_of};
 use crate::fleet::window::Windows;
 use crate::roll::rollout_waits::{WaitFor, Wave};
 use crate::roll::{DesiredShape, Lifecycle, ObservedNode, Role, StallReason, Step, WaitReason};
@@ -42,7 +43,7 @@ pub fn gated(
         && outdated
         && advances
     {
-        standing.progress = Progress::Held;
+        standing.progress = RolloutProgress::Held;
         rollouts.record(&key, standing);
         return Step::Wait {
             reason: WaitReason::Rollout(WaitFor::Held {
@@ -55,7 +56,7 @@ pub fn gated(
     // place under a cap, so it must not move one on.
     let locked_out = observed.iter().any(|o| o.locked_out);
     if locked_out && outdated && advances {
-        standing.progress = Progress::Stuck;
+        standing.progress = RolloutProgress::Stuck;
         rollouts.record(&key, standing);
         return Step::Wait {
             reason: WaitReason::Rollout(WaitFor::LoginRefused),
@@ -110,21 +111,21 @@ fn progress_at(
     before: Before,
     observed: &[ObservedNode],
     desired: &DesiredShape,
-) -> Progress {
+) -> RolloutProgress {
     match (step, before.outdated) {
-        (_, true) if before.locked_out => Progress::Stuck,
+        (_, true) if before.locked_out => RolloutProgress::Stuck,
         // Only a stall of the change itself halts the rollout; one for a cause of the
         // cluster's own (a dead primary, say) holds nobody up.
         (Step::Stalled { reason }, true) if stall_of_the_change(reason, observed, desired) => {
-            Progress::Stalled
+            RolloutProgress::Stalled
         }
-        (Step::Stalled { .. }, true) => Progress::Stuck,
+        (Step::Stalled { .. }, true) => RolloutProgress::Stuck,
         // A switchover its own people asked for that cannot be carried out is a cause of its
         // own too: the rest of its rollout does not wait for them to fix it.
-        (Step::Wait { reason }, true) if waits_for_its_people(reason) => Progress::Stuck,
-        (_, false) => Progress::UpToDate,
-        _ if before.started => Progress::Rolling,
-        _ => Progress::Queued,
+        (Step::Wait { reason }, true) if waits_for_its_people(reason) => RolloutProgress::Stuck,
+        (_, false) => RolloutProgress::UpToDate,
+        _ if before.started => RolloutProgress::Rolling,
+        _ => RolloutProgress::Queued,
     }
 }
 
@@ -164,7 +165,7 @@ fn standing_of(
             None => Wave::Last,
         },
         target: RollingInputs::of(group_effective.as_ref().unwrap_or(effective)).digest(),
-        progress: Progress::UpToDate,
+        progress: RolloutProgress::UpToDate,
     };
     (policy, standing)
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::acl::AclError;
 use crate::acl::{self};
 use crate::api::annotations::RETRY_FAILOVERS;
-use crate::api::{AclUser, PrimaryUpdatePolicy, ValkeyCluster};
+use crate::api::{AclUser, PrimaryUpdatePolicy, RolloutProgress, ValkeyCluster};
 use crate::controller::error::Error;
 use crate::controller::events::{ClusterEvent, publish};
 use crate::controller::host::KubeHost;
@@ -36,6 +36,8 @@ pub struct Planned {
     pub desired: DesiredShape,
     pub memory: RollMemory,
     pub step: Step,
+    /// Where the gate put the cluster in its fleet rollout.
+    pub rollout: Option<RolloutProgress>,
     pub users: DesiredAcl,
     /// Users of the spec that could not be made into ACL rules, with why.
     pub unbuilt: Vec<AclError>,
@@ -68,6 +70,7 @@ pub async fn plan(
             rollouts, &fleet, cluster, effective, &observed, &desired, planned,
         )
     };
+    let rollout = ctx.memory.rollouts.progress(&pass.key);
     for queued in ctx.memory.rollouts.take_wakes() {
         // No receiver only while the controller is not running: nothing to wake then.
         let _ = ctx.wake.send(queued);
@@ -85,6 +88,7 @@ pub async fn plan(
         desired,
         memory,
         step,
+        rollout,
         users,
         unbuilt,
     })

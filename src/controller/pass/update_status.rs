@@ -57,6 +57,7 @@ pub async fn update(
         desired: &planned.desired,
         step,
         failure: acted.as_ref().err().map(ToString::to_string),
+        rollout: planned.rollout,
     };
     let now = Time(Timestamp::now());
     let mut status = summarize(stored, &report, now.clone());
