@@ -9,7 +9,8 @@
 //!   messages), [`roll`] (the planner), [`settings`] (the operator's own, parsed);
 //! - the fleet index: [`fleet`] (every image, config, role and cluster, the watches that feed
 //!   it, a config's resolution, what a config change does, the rules of a fleet rollout);
-//! - the engine: [`valkey`] (the protocol to one node, TLS to it) and [`execute`]
+//! - the engine: [`valkey`] (the protocol to one node, TLS to it), [`access`] (how a
+//!   cluster's nodes are reached, by the controller and the plugin alike) and [`execute`]
 //!   (the one executor of the planner's steps);
 //! - the two halves of the product: [`controller`] and [`admission`], with [`metrics`];
 //! - the process shell: [`server`] (HTTPS, its certificate), [`cli`] (the commands and the
@@ -25,6 +26,7 @@ pub mod words;
 
 pub mod fleet;
 
+pub mod access;
 pub mod execute;
 pub mod valkey;
 

@@ -49,6 +49,10 @@ pub struct PluginCli {
         default_value = "valkey-system"
     )]
     pub operator_namespace: String,
+    /// The Kubernetes cluster's DNS domain TLS nodes are verified under (default: the
+    /// operator's own `clusterDomain`, from its ConfigMap in --operator-namespace).
+    #[arg(long, global = true, env = "VALKEY_OPERATOR_CLUSTER_DOMAIN")]
+    pub cluster_domain: Option<String>,
     #[command(subcommand)]
     pub command: Verb,
 }
@@ -120,7 +124,10 @@ pub async fn run(cli: PluginCli) -> anyhow::Result<()> {
         .unwrap_or_else(|| config.default_namespace.clone());
     let client = Client::try_from(config).context("connecting to the API server")?;
     let ns = namespace.as_str();
-    let home = cli.operator_namespace.as_str();
+    let home = &nodes::Operator {
+        namespace: cli.operator_namespace,
+        cluster_domain: cli.cluster_domain,
+    };
     let said = match cli.command {
         Verb::Status { cluster } => status::status(&client, ns, home, &cluster).await?,
         Verb::Fleet { config, output } => fleet::fleet(&client, config.as_deref(), output).await?,

@@ -1,21 +1,22 @@
 //! What the plugin reads of one cluster, and how it reaches the cluster's nodes: as the
-//! operator does (its credentials Secret's logins, the identity check of
-//! [`NodeClient::open`](crate::valkey::NodeClient::open), TLS with the cluster's CA and each
-//! node's name), from wherever `kubectl` runs that can reach Pod IPs.
+//! operator does, through the same [`access`] (its private Secret's logins, the identity check
+//! of [`NodeClient::open`](crate::valkey::NodeClient::open), TLS with the cluster's CA and each
+//! node's name under the operator's own cluster domain), from wherever `kubectl` runs that can
+//! reach Pod IPs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
-use k8s_openapi::api::core::v1::{Event, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Pod, Secret};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
+use crate::access;
 use crate::api::{ValkeyCluster, ValkeyNode, labels};
-use crate::controller::pass::secrets;
 use crate::credentials::{SystemCredentials, private_secret_name};
-use crate::settings::DEFAULT_CLUSTER_DOMAIN;
+use crate::settings::{CONFIG_MAP, OperatorSettings};
 use crate::valkey::{EngineError, Expected, NodeAddress, NodeClient, Reach};
 
 /// How long one call to a node may take.
@@ -91,20 +92,54 @@ pub fn event_time(event: &Event) -> Option<Timestamp> {
     last.or(event.event_time.as_ref().map(|t| t.0))
 }
 
+/// Where the operator is installed and how it is set up, as far as reaching nodes goes.
+pub struct Operator {
+    /// Its namespace, where it keeps each cluster's passwords and its settings.
+    pub namespace: String,
+    /// The Kubernetes cluster's DNS domain, when given (`--cluster-domain`); else the
+    /// operator's own setting is read.
+    pub cluster_domain: Option<String>,
+}
+
+impl Operator {
+    /// The DNS domain TLS nodes are verified under: the one given, else `clusterDomain` of the
+    /// operator's ConfigMap (its settings, read as the operator reads them), else the default.
+    pub async fn cluster_domain(&self, client: &Client) -> anyhow::Result<String> {
+        if let Some(domain) = &self.cluster_domain {
+            return Ok(domain.clone());
+        }
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &self.namespace);
+        let map = maps.get_opt(CONFIG_MAP).await.with_context(|| {
+            format!(
+                "reading the operator's settings (ConfigMap {}/{CONFIG_MAP}); --cluster-domain \
+                 skips it",
+                self.namespace
+            )
+        })?;
+        let data = map.and_then(|m| m.data).unwrap_or_default();
+        let settings = OperatorSettings::from_data(&data)
+            .with_context(|| format!("the operator's settings in {}", self.namespace))?;
+        Ok(settings.cluster_domain)
+    }
+}
+
 /// The operator's way into one cluster's nodes.
 pub struct NodeAccess {
     reach: Reach,
 }
 
 impl NodeAccess {
-    /// The logins of the cluster's private credentials Secret (in `operator_namespace`, where
-    /// only the platform reads) and, for a TLS cluster, the trust in its Secret's CA (each node
-    /// by its Pod's name under `cluster.local`).
+    /// The logins of the cluster's private credentials Secret (in the operator's namespace,
+    /// where only the platform reads) and, for a TLS cluster, the trust in its Secret's CA
+    /// (each node by its Pod's name under the operator's cluster domain), as
+    /// [`access::reach`] builds it for the controller.
     pub async fn of(
         client: &Client,
-        operator_namespace: &str,
+        operator: &Operator,
         objects: &ClusterObjects,
     ) -> anyhow::Result<Self> {
+        let operator_namespace = operator.namespace.as_str();
+        let domain = operator.cluster_domain(client).await?;
         let cluster = &objects.cluster;
         let namespace = cluster.namespace().unwrap_or_default();
         let secrets_api: Api<Secret> = Api::namespaced(client.clone(), operator_namespace);
@@ -125,16 +160,10 @@ impl NodeAccess {
         let logins = SystemCredentials::from_data(&data)
             .map_err(|problem| anyhow!("Secret {name}: {problem}"))?
             .logins();
-        let (mut reach, _) = secrets::reach(
-            client,
-            &namespace,
-            cluster,
-            DEFAULT_CLUSTER_DOMAIN,
-            CALL,
-            &BTreeSet::new(),
-        )
-        .await
-        .map_err(|problem| anyhow!(problem))?;
+        let (mut reach, _) =
+            access::reach(client, &namespace, cluster, &domain, CALL, &BTreeSet::new())
+                .await
+                .map_err(|problem| anyhow!(problem))?;
         reach.credentials = logins;
         if let Some(trust) = reach.tls.as_mut() {
             let pods = objects.pods.iter().filter_map(|pod| {

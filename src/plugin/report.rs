@@ -19,7 +19,7 @@ use kube::api::{ListParams, LogParams};
 use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
 
-use super::nodes::{ClusterObjects, NodeAccess};
+use super::nodes::{ClusterObjects, NodeAccess, Operator};
 use super::status;
 use crate::api::labels;
 use crate::credentials::secret_name;
@@ -34,7 +34,7 @@ pub const REDACTED: &str = "<redacted>";
 pub async fn report(
     client: &Client,
     namespace: &str,
-    operator_namespace: &str,
+    operator: &Operator,
     name: &str,
     out: &Path,
 ) -> anyhow::Result<String> {
@@ -43,7 +43,7 @@ pub async fn report(
     let mut files: Vec<(String, String)> = vec![
         (
             "status.txt".into(),
-            status::status(client, namespace, operator_namespace, name).await?,
+            status::status(client, namespace, operator, name).await?,
         ),
         (
             "cluster.yaml".into(),
@@ -61,7 +61,7 @@ pub async fn report(
             operator_lines(client, namespace, name).await,
         ),
     ];
-    files.extend(node_reports(client, operator_namespace, &objects).await);
+    files.extend(node_reports(client, operator, &objects).await);
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let mut said = format!(
         "support bundle of {namespace}/{name} in {}:\n",
@@ -232,10 +232,10 @@ fn has_field(line: &str, key: &str, value: &str) -> bool {
 /// Each node's own words, a file per node.
 async fn node_reports(
     client: &Client,
-    operator_namespace: &str,
+    operator: &Operator,
     objects: &ClusterObjects,
 ) -> Vec<(String, String)> {
-    let access = match NodeAccess::of(client, operator_namespace, objects).await {
+    let access = match NodeAccess::of(client, operator, objects).await {
         Ok(access) => access,
         Err(error) => {
             return vec![(

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Client, ResourceExt};
 
-use super::nodes::{ClusterObjects, NodeAccess, event_time};
+use super::nodes::{ClusterObjects, NodeAccess, Operator, event_time};
 use crate::api::annotations::ROLLOUT_HOLD;
 use crate::api::{NodeLifecycle, NodeRole, ValkeyNode};
 use crate::roll::Role;
@@ -28,11 +28,11 @@ pub enum Replication {
 pub async fn status(
     client: &Client,
     namespace: &str,
-    operator_namespace: &str,
+    operator: &Operator,
     name: &str,
 ) -> anyhow::Result<String> {
     let objects = ClusterObjects::read(client, namespace, name).await?;
-    let replication = match NodeAccess::of(client, operator_namespace, &objects).await {
+    let replication = match NodeAccess::of(client, operator, &objects).await {
         Ok(access) => ask_nodes(&access, &objects.nodes).await,
         Err(error) => {
             let why = format!("{error:#}");

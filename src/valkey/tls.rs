@@ -3,7 +3,7 @@
 //! Service `<cluster>.<namespace>.svc.<domain>` and the wildcard under it. Each node announces
 //! its per-Pod name `<pod>.<cluster>.<namespace>.svc.<domain>` (which the wildcard covers), and
 //! the operator verifies it by that name whatever IP it reaches it at, trusting only the
-//! Secret's `ca.crt`. The Secret itself is checked in `controller::pass::tls_secret`.
+//! Secret's `ca.crt`. The Secret itself is checked in `access::tls_secret`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

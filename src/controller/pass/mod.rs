@@ -37,7 +37,6 @@ pub mod membership;
 pub mod plan;
 pub mod read;
 pub mod secrets;
-pub mod tls_secret;
 pub mod update_status;
 
 use std::sync::Arc;

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
+use crate::access;
 use crate::api::ClusterKey;
 use crate::api::{ValkeyCluster, ValkeyClusterStatus, ValkeyNode, labels};
 use crate::controller::context::Context;
@@ -57,7 +58,7 @@ pub async fn read(
         .flat_map(|pod| &pod.secrets)
         .map(String::as_str)
         .collect();
-    let (mut reach, certificate) = secrets::reach(
+    let (mut reach, certificate) = access::reach(
         &ctx.client,
         namespace,
         cluster,
