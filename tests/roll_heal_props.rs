@@ -84,26 +84,9 @@ fn node(
     slots: Vec<valkey_operator::roll::SlotRange>,
 ) -> ObservedNode {
     ObservedNode {
-        name,
-        shard,
-        revision: REVISION.into(),
-        lifecycle: Lifecycle::Active,
-        join_overdue: false,
-        reachable: true,
-        role,
         sync: (role == Role::Replica).then(|| synced(100)),
         slots,
-        cluster_ok: true,
-        migrating: false,
-        unfinished_moves: Vec::new(),
-        stranger: false,
-        locked_out: false,
-        unreadable: false,
-        handover_requested: false,
-        terminated: false,
-        removed: false,
-        hung: false,
-        leaving: false,
+        ..ObservedNode::settled(&name, shard, REVISION, role)
     }
 }
 

@@ -51,13 +51,7 @@ impl Sim {
         }
         self.join_age.insert(name.clone(), 0);
         self.nodes.push(ObservedNode {
-            name,
-            shard,
-            revision: desired.revision.clone(),
             lifecycle: Lifecycle::Joining,
-            join_overdue: false,
-            reachable: true,
-            role,
             sync: (role == Role::Replica).then_some(ReplicaSync {
                 link_up: false,
                 sync_in_progress: true,
@@ -65,18 +59,8 @@ impl Sim {
                 primary_offset: 100,
                 known_to_primaries: false,
             }),
-            slots: vec![],
             cluster_ok: false,
-            migrating: false,
-            unfinished_moves: Vec::new(),
-            stranger: false,
-            locked_out: false,
-            unreadable: false,
-            handover_requested: false,
-            terminated: false,
-            removed: false,
-            hung: false,
-            leaving: false,
+            ..ObservedNode::settled(&name, shard, &desired.revision, role)
         });
     }
 
@@ -252,22 +236,18 @@ fn build(start: &Start) -> Vec<ObservedNode> {
         for (i, &(new, reachable)) in members.iter().enumerate() {
             let primary = i == 0;
             let has_live_replica = members.iter().skip(1).any(|&(_, r)| r);
+            let role = if primary {
+                Role::Primary
+            } else {
+                Role::Replica
+            };
+            let revision = if new { NEW } else { OLD };
             nodes.push(ObservedNode {
-                name: format!("s{shard}-{i}"),
-                shard,
-                revision: if new { NEW } else { OLD }.into(),
-                lifecycle: Lifecycle::Active,
-                join_overdue: false,
                 // A primary starts dead only when Valkey has a replica to fail over to.
                 reachable: if primary {
                     !(start.primary_dead && shard == 0 && has_live_replica)
                 } else {
                     reachable
-                },
-                role: if primary {
-                    Role::Primary
-                } else {
-                    Role::Replica
                 },
                 sync: (!primary).then(|| synced(50 + i as u64)),
                 slots: if primary {
@@ -275,17 +255,7 @@ fn build(start: &Start) -> Vec<ObservedNode> {
                 } else {
                     vec![]
                 },
-                cluster_ok: true,
-                migrating: false,
-                unfinished_moves: Vec::new(),
-                stranger: false,
-                locked_out: false,
-                unreadable: false,
-                handover_requested: false,
-                terminated: false,
-                removed: false,
-                hung: false,
-                leaving: false,
+                ..ObservedNode::settled(&format!("s{shard}-{i}"), shard, revision, role)
             });
         }
     }

@@ -4,7 +4,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::*;
 use crate::api::ValkeyNodeSpec;
-use crate::roll::{Lifecycle, ReplicaSync, SlotRange, StallReason};
+use crate::roll::{ReplicaSync, SlotRange, StallReason};
 
 fn at(seconds: i64) -> Time {
     Time(Timestamp::from_second(seconds).unwrap_or(Timestamp::UNIX_EPOCH))
@@ -31,26 +31,8 @@ fn desired(revision: &str) -> DesiredShape {
 
 fn node(name: &str, shard: u32, revision: &str, slots: (u16, u16)) -> ObservedNode {
     ObservedNode {
-        name: name.into(),
-        shard,
-        revision: revision.into(),
-        lifecycle: Lifecycle::Active,
-        join_overdue: false,
-        reachable: true,
-        role: Role::Primary,
-        sync: None,
         slots: vec![SlotRange::new(slots.0, slots.1)],
-        cluster_ok: true,
-        migrating: false,
-        unfinished_moves: Vec::new(),
-        stranger: false,
-        locked_out: false,
-        unreadable: false,
-        handover_requested: false,
-        terminated: false,
-        removed: false,
-        hung: false,
-        leaving: false,
+        ..ObservedNode::settled(name, shard, revision, Role::Primary)
     }
 }
 

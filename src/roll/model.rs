@@ -195,6 +195,40 @@ pub struct UnfinishedMove {
 }
 
 impl ObservedNode {
+    /// An active node that answered and has nothing unusual about it: on `revision`, seeing
+    /// every slot served, owning none yet; as a replica, caught up with its primary at offset 0.
+    /// What a test (or a simulation) starts from, changing what it is about.
+    pub fn settled(name: &str, shard: u32, revision: &str, role: Role) -> Self {
+        Self {
+            name: name.into(),
+            shard,
+            revision: revision.into(),
+            lifecycle: Lifecycle::Active,
+            join_overdue: false,
+            reachable: true,
+            role,
+            sync: (role == Role::Replica).then_some(ReplicaSync {
+                link_up: true,
+                sync_in_progress: false,
+                offset: 0,
+                primary_offset: 0,
+                known_to_primaries: true,
+            }),
+            slots: Vec::new(),
+            cluster_ok: true,
+            migrating: false,
+            unfinished_moves: Vec::new(),
+            stranger: false,
+            locked_out: false,
+            unreadable: false,
+            handover_requested: false,
+            terminated: false,
+            removed: false,
+            hung: false,
+            leaving: false,
+        }
+    }
+
     pub fn slot_count(&self) -> u32 {
         self.slots.iter().map(SlotRange::count).sum()
     }

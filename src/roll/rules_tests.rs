@@ -31,36 +31,16 @@ fn synced(offset: u64) -> ReplicaSync {
 /// An active, reachable, settled primary on `OLD` owning `slots`.
 fn primary(name: &str, shard: u32, slots: Vec<SlotRange>) -> ObservedNode {
     ObservedNode {
-        name: name.into(),
-        shard,
-        revision: OLD.into(),
-        lifecycle: Lifecycle::Active,
-        join_overdue: false,
-        reachable: true,
-        role: Role::Primary,
-        sync: None,
         slots,
-        cluster_ok: true,
-        migrating: false,
-        unfinished_moves: Vec::new(),
-        stranger: false,
-        locked_out: false,
-        unreadable: false,
-        handover_requested: false,
-        terminated: false,
-        removed: false,
-        hung: false,
-        leaving: false,
+        ..ObservedNode::settled(name, shard, OLD, Role::Primary)
     }
 }
 
 /// An active, reachable, synced replica on `OLD`.
 fn replica(name: &str, shard: u32) -> ObservedNode {
     ObservedNode {
-        role: Role::Replica,
         sync: Some(synced(100)),
-        slots: vec![],
-        ..primary(name, shard, vec![])
+        ..ObservedNode::settled(name, shard, OLD, Role::Replica)
     }
 }
 

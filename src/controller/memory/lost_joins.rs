@@ -122,26 +122,11 @@ mod tests {
 
     fn joiner(name: &str, revision: &str, terminated: bool) -> ObservedNode {
         ObservedNode {
-            name: name.into(),
-            shard: 0,
-            revision: revision.into(),
             lifecycle: Lifecycle::Joining,
-            join_overdue: false,
             reachable: !terminated,
-            role: Role::Replica,
             sync: None,
-            slots: Vec::new(),
-            cluster_ok: true,
-            migrating: false,
-            unfinished_moves: Vec::new(),
-            stranger: false,
-            locked_out: false,
-            unreadable: false,
-            handover_requested: false,
             terminated,
-            removed: false,
-            hung: false,
-            leaving: false,
+            ..ObservedNode::settled(name, 0, revision, Role::Replica)
         }
     }
 

@@ -183,30 +183,12 @@ impl ClusterMemory for Settled {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::roll::{Lifecycle, Role, SlotRange};
+    use crate::roll::{Role, SlotRange};
 
     fn primary(name: &str, slots: Vec<SlotRange>) -> ObservedNode {
         ObservedNode {
-            name: name.into(),
-            shard: 0,
-            revision: "r1".into(),
-            lifecycle: Lifecycle::Active,
-            join_overdue: false,
-            reachable: true,
-            role: Role::Primary,
-            sync: None,
             slots,
-            cluster_ok: true,
-            migrating: false,
-            unfinished_moves: Vec::new(),
-            stranger: false,
-            locked_out: false,
-            unreadable: false,
-            handover_requested: false,
-            terminated: false,
-            removed: false,
-            hung: false,
-            leaving: false,
+            ..ObservedNode::settled(name, 0, "r1", Role::Primary)
         }
     }
 

@@ -113,26 +113,8 @@ mod tests {
 
     fn seen(name: &str, reachable: bool) -> ObservedNode {
         ObservedNode {
-            name: name.into(),
-            shard: 0,
-            revision: "r".into(),
-            lifecycle: Lifecycle::Active,
-            join_overdue: false,
             reachable,
-            role: Role::Primary,
-            sync: None,
-            slots: Vec::new(),
-            cluster_ok: true,
-            migrating: false,
-            unfinished_moves: Vec::new(),
-            stranger: false,
-            locked_out: false,
-            unreadable: false,
-            handover_requested: false,
-            terminated: false,
-            removed: false,
-            hung: false,
-            leaving: false,
+            ..ObservedNode::settled(name, 0, "r", Role::Primary)
         }
     }
 

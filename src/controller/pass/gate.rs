@@ -239,3 +239,222 @@ fn mid_shard(observed: &[ObservedNode], desired: &DesiredShape) -> bool {
     }
     shards.values().any(|(new, old)| *new && *old)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::api::annotations::ROLLOUT_HOLD;
+    use crate::api::{RolloutPolicy, ValkeyClusterSpec, ValkeyConfigSpec, ValkeyImageSpec};
+    use crate::roll::reasons::{JoinBlocker, SwitchoverBlocker};
+    use crate::roll::{PrimaryUpdate, SlotRange};
+
+    const OLD: &str = "old-revision";
+    const NEW: &str = "new-revision";
+
+    /// Config `shared` (with a rollout of at most `max_concurrent` at once) and clusters `a`
+    /// and `b` of namespace `team` on it.
+    fn fleet(max_concurrent: u32) -> Fleet {
+        let mut fleet = Fleet::default();
+        let image = ValkeyImageSpec {
+            repository: "valkey/valkey".into(),
+            tag: "9.1.2".into(),
+            version: "9.1.2".into(),
+        };
+        fleet.upsert_image("valkey-9-1-2", image);
+        let config = ValkeyConfigSpec {
+            image_ref: Some("valkey-9-1-2".into()),
+            rollout: Some(RolloutPolicy {
+                max_concurrent: Some(max_concurrent),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        fleet.upsert_config("shared", config);
+        for name in ["a", "b"] {
+            fleet.upsert_cluster(ClusterKey::new("team", name), "shared");
+        }
+        fleet
+    }
+
+    fn cluster(name: &str) -> ValkeyCluster {
+        let mut cluster = ValkeyCluster::new(
+            name,
+            ValkeyClusterSpec {
+                config_ref: "shared".into(),
+                shards: 1,
+                replicas_per_shard: 1,
+                acl: vec![],
+                tls: None,
+                placement: None,
+                pod_annotations: BTreeMap::new(),
+                network: None,
+            },
+        );
+        cluster.metadata.namespace = Some("team".into());
+        cluster
+    }
+
+    fn desired() -> DesiredShape {
+        DesiredShape {
+            shards: 1,
+            replicas_per_shard: 1,
+            revision: NEW.into(),
+            switchover: None,
+            primary_update: PrimaryUpdate::Automatic,
+        }
+    }
+
+    /// One shard on `revision`: primary `p0` owning every slot and its replica `r0`.
+    fn shard_on(revision: &str) -> Vec<ObservedNode> {
+        vec![
+            ObservedNode {
+                slots: vec![SlotRange::new(0, 16383)],
+                ..ObservedNode::settled("p0", 0, revision, Role::Primary)
+            },
+            ObservedNode::settled("r0", 0, revision, Role::Replica),
+        ]
+    }
+
+    /// A new replica joining the outdated shard: the roll's first step.
+    fn join() -> Step {
+        Step::JoinReplica {
+            shard: 0,
+            primary: "p0".into(),
+        }
+    }
+
+    /// `cluster`'s `step` through the gate of `rollouts` over `fleet`, and where it stands.
+    fn gate(
+        rollouts: &Rollouts,
+        fleet: &Fleet,
+        cluster: &ValkeyCluster,
+        observed: &[ObservedNode],
+        step: Step,
+    ) -> (Step, Option<RolloutProgress>) {
+        let effective = resolve::resolve("shared", fleet).unwrap();
+        let gated = gated(
+            rollouts,
+            fleet,
+            cluster,
+            &effective,
+            observed,
+            &desired(),
+            step,
+        );
+        (gated, rollouts.progress(&ClusterKey::of(cluster)))
+    }
+
+    fn waits_for(step: &Step) -> Option<&WaitFor> {
+        match step {
+            Step::Wait {
+                reason: WaitReason::Rollout(why),
+            } => Some(why),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn an_up_to_date_cluster_passes_and_is_counted_up_to_date() {
+        let (rollouts, fleet) = (Rollouts::default(), fleet(1));
+        let (step, progress) = gate(
+            &rollouts,
+            &fleet,
+            &cluster("a"),
+            &shard_on(NEW),
+            Step::Converged,
+        );
+        assert_eq!(step, Step::Converged);
+        assert_eq!(progress, Some(RolloutProgress::UpToDate));
+    }
+
+    #[test]
+    fn under_a_cap_of_one_the_second_cluster_queues_until_the_first_is_done() {
+        let (rollouts, fleet) = (Rollouts::default(), fleet(1));
+        let (a, b) = (cluster("a"), cluster("b"));
+        // Both seen once (nothing to learn), then `a` starts and takes the one place.
+        gate(&rollouts, &fleet, &b, &shard_on(OLD), Step::Converged);
+        let (step, progress) = gate(&rollouts, &fleet, &a, &shard_on(OLD), join());
+        assert_eq!((step, progress), (join(), Some(RolloutProgress::Rolling)));
+        let (step, progress) = gate(&rollouts, &fleet, &b, &shard_on(OLD), join());
+        assert_eq!(
+            waits_for(&step),
+            Some(&WaitFor::Capped { rolling: 1 }),
+            "{step}"
+        );
+        assert_eq!(progress, Some(RolloutProgress::Queued));
+        gate(&rollouts, &fleet, &a, &shard_on(NEW), Step::Converged);
+        let (step, progress) = gate(&rollouts, &fleet, &b, &shard_on(OLD), join());
+        assert_eq!((step, progress), (join(), Some(RolloutProgress::Rolling)));
+    }
+
+    #[test]
+    fn a_held_cluster_advances_no_roll_but_is_healed() {
+        let (rollouts, fleet) = (Rollouts::default(), fleet(5));
+        let mut held = cluster("a");
+        held.metadata.annotations = Some(BTreeMap::from([(
+            ROLLOUT_HOLD.to_string(),
+            "true".to_string(),
+        )]));
+        let (step, progress) = gate(&rollouts, &fleet, &held, &shard_on(OLD), join());
+        assert!(
+            matches!(waits_for(&step), Some(WaitFor::Held { until: None })),
+            "{step}"
+        );
+        assert_eq!(progress, Some(RolloutProgress::Held));
+        // Its replica dead: a replacement joins anyway, as healing.
+        let mut wounded = shard_on(OLD);
+        wounded[1].reachable = false;
+        wounded[1].terminated = true;
+        let (step, _) = gate(&rollouts, &fleet, &held, &wounded, join());
+        assert_eq!(step, join());
+    }
+
+    #[test]
+    fn nodes_that_refuse_the_login_make_the_cluster_stuck_not_rolling() {
+        let (rollouts, fleet) = (Rollouts::default(), fleet(5));
+        let mut locked = shard_on(OLD);
+        locked[1].locked_out = true;
+        let (step, progress) = gate(&rollouts, &fleet, &cluster("a"), &locked, join());
+        assert_eq!(waits_for(&step), Some(&WaitFor::LoginRefused), "{step}");
+        assert_eq!(progress, Some(RolloutProgress::Stuck));
+    }
+
+    #[test]
+    fn only_a_stall_of_the_change_itself_counts_as_stalled() {
+        let (rollouts, fleet) = (Rollouts::default(), fleet(5));
+        let a = cluster("a");
+        let mut joining = shard_on(OLD);
+        joining.push(ObservedNode {
+            lifecycle: Lifecycle::Joining,
+            ..ObservedNode::settled("j0", 0, NEW, Role::Replica)
+        });
+        let overdue = Step::Stalled {
+            reason: StallReason::JoinOverdue {
+                node: "j0".into(),
+                shard: 0,
+                blocker: JoinBlocker::LinkDown,
+            },
+        };
+        let (_, progress) = gate(&rollouts, &fleet, &a, &joining, overdue);
+        assert_eq!(progress, Some(RolloutProgress::Stalled));
+        let dead_primary = Step::Stalled {
+            reason: StallReason::DeadPrimaryWithoutReplica {
+                node: "p0".into(),
+                shard: 0,
+                slots: 16384,
+            },
+        };
+        let (_, progress) = gate(&rollouts, &fleet, &a, &shard_on(OLD), dead_primary);
+        assert_eq!(progress, Some(RolloutProgress::Stuck));
+        let asked = Step::Wait {
+            reason: WaitReason::Switchover {
+                shard: 0,
+                blocker: SwitchoverBlocker::NoPrimary,
+            },
+        };
+        let (_, progress) = gate(&rollouts, &fleet, &a, &shard_on(OLD), asked);
+        assert_eq!(progress, Some(RolloutProgress::Stuck));
+    }
+}
