@@ -3,7 +3,6 @@
 //! different revision, says `nothing` only when the controller would set nothing live either,
 //! and `live` only when it would set something live without replacing a node.
 
-use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use proptest::prelude::*;
@@ -15,19 +14,7 @@ use valkey_operator::fleet::change::{Change, change};
 use valkey_operator::fleet::resolve::{Chain, EffectiveConfig, ResolvedImage};
 
 fn cluster() -> ValkeyCluster {
-    let mut cluster = ValkeyCluster::new(
-        "orders",
-        ValkeyClusterSpec {
-            config_ref: "standard".into(),
-            shards: 3,
-            replicas_per_shard: 1,
-            acl: vec![],
-            tls: None,
-            placement: None,
-            pod_annotations: BTreeMap::new(),
-            network: None,
-        },
-    );
+    let mut cluster = ValkeyCluster::new("orders", ValkeyClusterSpec::new("standard", 3, 1));
     cluster.metadata.namespace = Some("team-a".into());
     cluster
 }

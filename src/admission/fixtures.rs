@@ -35,19 +35,7 @@ pub(crate) fn config(name: &str, spec: ValkeyConfigSpec) -> ValkeyConfig {
 }
 
 pub(crate) fn cluster(namespace: &str, name: &str, config_ref: &str) -> ValkeyCluster {
-    let mut cluster = ValkeyCluster::new(
-        name,
-        ValkeyClusterSpec {
-            config_ref: config_ref.into(),
-            shards: 3,
-            replicas_per_shard: 1,
-            acl: vec![],
-            tls: None,
-            placement: None,
-            pod_annotations: BTreeMap::new(),
-            network: None,
-        },
-    );
+    let mut cluster = ValkeyCluster::new(name, ValkeyClusterSpec::new(config_ref, 3, 1));
     cluster.metadata.namespace = Some(namespace.into());
     cluster
 }

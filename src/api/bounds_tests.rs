@@ -4,16 +4,7 @@ use super::*;
 use crate::api::{AclPermission, KeyAccess, KeyPermission};
 
 fn spec(shards: i32, replicas: i32) -> ValkeyClusterSpec {
-    ValkeyClusterSpec {
-        config_ref: "standard".into(),
-        shards,
-        replicas_per_shard: replicas,
-        acl: vec![],
-        tls: None,
-        placement: None,
-        pod_annotations: BTreeMap::new(),
-        network: None,
-    }
+    ValkeyClusterSpec::new("standard", shards, replicas)
 }
 
 fn fields(problems: &[Problem]) -> Vec<&str> {

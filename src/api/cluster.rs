@@ -93,6 +93,23 @@ pub struct ValkeyClusterSpec {
     pub network: Option<ClusterNetwork>,
 }
 
+impl ValkeyClusterSpec {
+    /// A cluster of `shards` shards of one primary and `replicas_per_shard` replicas each on
+    /// config `config_ref`, with nothing else set: no users, no TLS, no placement.
+    pub fn new(config_ref: &str, shards: i32, replicas_per_shard: i32) -> Self {
+        Self {
+            config_ref: config_ref.into(),
+            shards,
+            replicas_per_shard,
+            acl: vec![],
+            tls: None,
+            placement: None,
+            pod_annotations: BTreeMap::new(),
+            network: None,
+        }
+    }
+}
+
 fn default_replicas_per_shard() -> i32 {
     1
 }
@@ -496,16 +513,7 @@ mod hold_tests {
     fn a_hold_lasts_until_its_time_or_its_removal() {
         let now: Timestamp = "2026-12-04T12:00:00Z".parse().unwrap();
         let held = |value: Option<&str>| {
-            let spec = ValkeyClusterSpec {
-                config_ref: "standard".into(),
-                shards: 1,
-                replicas_per_shard: 1,
-                acl: vec![],
-                tls: None,
-                placement: None,
-                pod_annotations: BTreeMap::new(),
-                network: None,
-            };
+            let spec = ValkeyClusterSpec::new("standard", 1, 1);
             let mut cluster = ValkeyCluster::new("orders", spec);
             if let Some(value) = value {
                 cluster.metadata.annotations = Some(BTreeMap::from([(

@@ -11,14 +11,8 @@ fn cluster() -> ValkeyCluster {
     let mut cluster = ValkeyCluster::new(
         "orders",
         ValkeyClusterSpec {
-            config_ref: "standard".into(),
-            shards: 3,
-            replicas_per_shard: 1,
-            acl: vec![],
-            tls: None,
-            placement: None,
             pod_annotations: BTreeMap::from([("team".to_string(), "payments".to_string())]),
-            network: None,
+            ..ValkeyClusterSpec::new("standard", 3, 1)
         },
     );
     cluster.metadata.namespace = Some("team-a".into());

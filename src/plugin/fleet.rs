@@ -217,19 +217,7 @@ mod tests {
 
     /// A cluster on `config` whose status says `rollout`.
     fn cluster(name: &str, config: &str, rollout: Option<RolloutProgress>) -> ValkeyCluster {
-        let mut cluster = ValkeyCluster::new(
-            name,
-            ValkeyClusterSpec {
-                config_ref: config.into(),
-                shards: 1,
-                replicas_per_shard: 1,
-                acl: vec![],
-                tls: None,
-                placement: None,
-                pod_annotations: BTreeMap::new(),
-                network: None,
-            },
-        );
+        let mut cluster = ValkeyCluster::new(name, ValkeyClusterSpec::new(config, 1, 1));
         cluster.metadata.namespace = Some("team-a".into());
         cluster.status = Some(ValkeyClusterStatus {
             rollout,

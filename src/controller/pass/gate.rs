@@ -279,19 +279,7 @@ mod tests {
     }
 
     fn cluster(name: &str) -> ValkeyCluster {
-        let mut cluster = ValkeyCluster::new(
-            name,
-            ValkeyClusterSpec {
-                config_ref: "shared".into(),
-                shards: 1,
-                replicas_per_shard: 1,
-                acl: vec![],
-                tls: None,
-                placement: None,
-                pod_annotations: BTreeMap::new(),
-                network: None,
-            },
-        );
+        let mut cluster = ValkeyCluster::new(name, ValkeyClusterSpec::new("shared", 1, 1));
         cluster.metadata.namespace = Some("team".into());
         cluster
     }
