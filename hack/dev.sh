@@ -94,8 +94,8 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 log "starting the operator on https://127.0.0.1:$port"
 # The operator's own namespace, as the chart's instructions install it: its Lease and each
 # cluster's private credentials Secret live there (where `kubectl valkey` looks by default).
-"$kubectl" create namespace valkey-system --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
-"$operator" serve --listen "127.0.0.1:$port" --namespace valkey-system \
+"$kubectl" create namespace valkey-operator --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
+"$operator" serve --listen "127.0.0.1:$port" --namespace valkey-operator \
 	--tls-cert "$dev_dir/certs/tls.crt" --tls-key "$dev_dir/certs/tls.key" \
 	--webhook-client-ca "$plane_dir/webhook-client-ca.crt" \
 	>"$dev_dir/operator.log" 2>&1 &
@@ -155,7 +155,7 @@ fi)
 without a password; with any Valkey client and the operator's own login (cluster commands,
 no keys; kept in the operator's namespace, where the teams' RBAC does not reach), e.g.:
   redis-cli -h <a sessions Pod's IP> --user valkey-operator \\
-    --pass "\$(kubectl get secret team-payments.sessions -n valkey-system \\
+    --pass "\$(kubectl get secret team-payments.sessions -n valkey-operator \\
               -o jsonpath='{.data.operator-password}' | base64 -d)" cluster nodes
 (applications get users of their own in spec.acl: see docs/tenants.md, Credentials).
 Metrics:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Renders the plain manifests for teams that do not use Helm (`make manifests` writes them to
 # deploy/operator.yaml; tests/e2e_helm_chart.rs fails when the file and the chart disagree):
-# the namespace valkey-system, the CRDs and everything the chart installs with its defaults,
+# the namespace valkey-operator, the CRDs and everything the chart installs with its defaults,
 # except that the webhook's serving certificate comes from cert-manager. A certificate
 # generated at render time would put one private key in every copy of the file.
 set -euo pipefail
@@ -15,7 +15,7 @@ cat <<'YAML'
 apiVersion: v1
 kind: Namespace
 metadata:
-  name: valkey-system
+  name: valkey-operator
 YAML
 (cd "$repo_root" && "$helm" template valkey-operator charts/valkey-operator \
-	--namespace valkey-system --include-crds --set certificate.source=certManager)
+	--namespace valkey-operator --include-crds --set certificate.source=certManager)

@@ -1197,7 +1197,7 @@ fn policy() -> impl Strategy<Value = Policy> {
                 max_shards,
                 max_replicas_per_shard,
             },
-            node_writer: Some("system:serviceaccount:valkey-system:valkey-operator".into()),
+            node_writer: Some("system:serviceaccount:valkey-operator:valkey-operator".into()),
         },
     )
 }

@@ -283,13 +283,13 @@ fn chart_lints_clean_and_renders_what_the_operator_needs() {
         certificate["spec"]["dnsNames"]
             .as_array()
             .unwrap()
-            .contains(&json!("valkey-operator.valkey-system.svc"))
+            .contains(&json!("valkey-operator.valkey-operator.svc"))
     );
     assert_eq!(find(&objects, "Issuer")["spec"]["selfSigned"], json!({}));
     let configuration = find(&objects, "ValidatingWebhookConfiguration");
     assert_eq!(
         configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
-        "valkey-system/valkey-operator-serving"
+        "valkey-operator/valkey-operator-serving"
     );
     assert!(
         configuration["webhooks"]
@@ -304,7 +304,7 @@ fn chart_lints_clean_and_renders_what_the_operator_needs() {
     assert_eq!(endpoint["path"], "/metrics");
     assert_eq!(
         endpoint["tlsConfig"]["serverName"],
-        "valkey-operator.valkey-system.svc"
+        "valkey-operator.valkey-operator.svc"
     );
     assert_eq!(
         endpoint["tlsConfig"]["ca"]["secret"],
@@ -378,7 +378,7 @@ async fn chart_installs_upgrades_and_uninstalls_and_the_operator_runs_under_its_
     let notes = install(&helm, &[]);
     // NOTES.txt says what to do next.
     assert!(
-        notes.contains("kubectl -n valkey-system rollout status deployment/valkey-operator")
+        notes.contains("kubectl -n valkey-operator rollout status deployment/valkey-operator")
             && notes.contains("kind: ValkeyImage")
             && notes.contains("fleetRollAckThreshold=unset"),
         "{notes}"
@@ -623,7 +623,7 @@ async fn without_a_needed_verb_the_operator_never_becomes_ready() {
     assert!(!status.success());
     let log = operator.log();
     assert!(
-        log.contains("reading ConfigMap valkey-system/valkey-operator-config")
+        log.contains("reading ConfigMap valkey-operator/valkey-operator-config")
             && log.contains("forbidden"),
         "{log}"
     );
@@ -779,7 +779,7 @@ async fn the_plain_manifests_are_the_charts_and_apply() {
     // A dry run creates nothing: the namespace the objects go to must exist.
     let created = plane
         .kubectl()
-        .args(["create", "namespace", "valkey-system"])
+        .args(["create", "namespace", "valkey-operator"])
         .output()
         .unwrap();
     assert!(created.status.success(), "{created:?}");

@@ -89,7 +89,7 @@ fn nodes_come_from_the_operator_and_roles_name_things_once() {
 fn only_the_operator_writes_a_node_spec() {
     let mut node = node("9.0.0");
     owned_by_orders(&mut node);
-    let operator = "system:serviceaccount:valkey-system:valkey-operator";
+    let operator = "system:serviceaccount:valkey-operator:valkey-operator";
     let policy = Policy {
         node_writer: Some(operator.into()),
         ..Policy::default()

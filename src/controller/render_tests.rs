@@ -472,7 +472,7 @@ fn the_network_policy_keeps_the_bus_to_the_cluster_and_names_every_client() {
     });
     let effective = effective("9.1.2");
     let render = render_for(&cluster, &effective);
-    let policy = render.network_policy("valkey-system");
+    let policy = render.network_policy("valkey-operator");
     assert_eq!(policy.metadata.name.as_deref(), Some("orders"));
     assert_eq!(
         policy.metadata.owner_references.unwrap()[0].uid,
@@ -525,7 +525,7 @@ fn the_network_policy_keeps_the_bus_to_the_cluster_and_names_every_client() {
         [
             (None, Some(BTreeMap::new())),
             (
-                map("kubernetes.io/metadata.name", "valkey-system"),
+                map("kubernetes.io/metadata.name", "valkey-operator"),
                 map("app.kubernetes.io/name", "valkey-operator")
             ),
             (map("team", "web"), None),

@@ -46,7 +46,7 @@ pub struct PluginCli {
         long,
         global = true,
         env = "VALKEY_OPERATOR_NAMESPACE",
-        default_value = "valkey-system"
+        default_value = "valkey-operator"
     )]
     pub operator_namespace: String,
     /// The Kubernetes cluster's DNS domain TLS nodes are verified under (default: the

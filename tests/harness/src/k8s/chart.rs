@@ -1,5 +1,5 @@
 //! The installed Helm chart as tests use it: the real helm and kubectl against a testenv control
-//! plane, the release installed into `valkey-system`, and the operator binary run as a local
+//! plane, the release installed into `valkey-operator`, and the operator binary run as a local
 //! process with the chart's identity (a token of its ServiceAccount, so only the chart's RBAC)
 //! and the chart's generated certificate, with the chart's webhooks re-pointed at it by URL.
 //!
@@ -20,7 +20,7 @@ use crate::https::{client_trusting, write_certificates};
 use crate::{GROUP, eventually, operator_binary};
 
 pub const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../charts/valkey-operator");
-pub const NAMESPACE: &str = "valkey-system";
+pub const NAMESPACE: &str = "valkey-operator";
 pub const RELEASE: &str = "valkey-operator";
 
 /// Runs a command, feeding `stdin`; returns success and stdout+stderr.
