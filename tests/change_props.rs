@@ -3,7 +3,6 @@
 //! different revision, says `nothing` only when the controller would set nothing live either,
 //! and `live` only when it would set something live without replacing a node.
 
-
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use proptest::prelude::*;
 use valkey_operator::api::{

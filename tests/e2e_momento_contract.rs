@@ -15,7 +15,9 @@
 //!   cluster's own user only on its own, and a cluster may not reuse the config's usernames;
 //! - a hung primary (SIGSTOP) of a 2-shard cluster, which Valkey cannot fail over (one of two
 //!   primaries is no majority), is killed by its liveness probe and its shard taken over, with
-//!   no acknowledged write lost.
+//!   no acknowledged write lost;
+//! - a settled cluster keeps the operator's log flowing (Momento's monitoring page alerts when
+//!   it stops): a heartbeat line for it each minute.
 
 use std::collections::BTreeSet;
 use std::process::{Child, Stdio};
@@ -547,5 +549,51 @@ async fn a_hung_primary_is_killed_by_its_liveness_probe_and_its_shard_taken_over
          again after {whole:.1?}; {} acknowledged writes, none lost; longest write gap {:.1?}",
         report.log.ack_times.len(),
         report.longest_write_gap()
+    );
+}
+
+const QUIET_OBJECTS: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: quiet}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata: {name: quiet-config}
+spec: {imageRef: valkey-9-1-2, valkey: {save: ""}}
+---
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyCluster
+metadata: {name: idle, namespace: quiet}
+spec: {configRef: quiet-config, shards: 1, replicasPerShard: 0}
+"#;
+
+#[tokio::test]
+async fn a_settled_cluster_logs_a_heartbeat_each_minute() {
+    let product = Product::start(None, &[]).await;
+    product.apply(IMAGES);
+    product.apply(QUIET_OBJECTS);
+    product
+        .wait_converged(&[("quiet", "idle")], "9.1.2", Duration::from_secs(120))
+        .await;
+    let settled = Instant::now();
+    let beats = |log: &str| {
+        log.lines()
+            .filter(|line| line.contains("heartbeat: settled") && line.contains("idle"))
+            .count()
+    };
+    let before = beats(&product.operator().log());
+    eventually(
+        "a heartbeat of the settled cluster",
+        Duration::from_secs(100),
+        async || {
+            let now = beats(&product.operator().log());
+            (now > before).then_some(())
+        },
+    )
+    .await;
+    println!(
+        "heartbeat | a settled cluster logged a heartbeat {:.0} s after it converged",
+        settled.elapsed().as_secs_f64()
     );
 }

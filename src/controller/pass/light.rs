@@ -1,5 +1,7 @@
 //! The light pass: a settled cluster whose view is fresh is checked against that view only, with
-//! no reads of its objects or nodes (see [`crate::controller::memory::settled`]).
+//! no reads of its objects or nodes (see [`crate::controller::memory::settled`]). Each one that
+//! finds the cluster as it was logs a heartbeat line: a settled fleet still logs, once a minute a
+//! cluster.
 
 use std::time::Duration;
 
@@ -28,5 +30,14 @@ pub async fn light_pass(ctx: &Context, cluster: &ValkeyCluster) -> Option<Action
     let progress = progress(&view.desired, &observed, &converged);
     ctx.metrics
         .roll_progress(&key.namespace, &key.name, &progress);
+    // The steady line a settled fleet logs, one per cluster a minute (its light passes), so
+    // that an alert on the operator's log flow stopping (Momento's advice) means it stopped.
+    tracing::info!(
+        cluster = %key.name,
+        namespace = %key.namespace,
+        shards = view.desired.shards,
+        nodes = observed.len(),
+        "heartbeat: settled, its nodes answer as before"
+    );
     Some(requeue_after(&converged, Duration::ZERO))
 }
