@@ -17,7 +17,7 @@ use testenv::ControlPlane;
 
 /// Every document of a multi-document YAML stream.
 fn documents(yaml: &str) -> Vec<Value> {
-    serde_yaml::Deserializer::from_str(yaml)
+    serde_yaml_ng::Deserializer::from_str(yaml)
         .map(|document| Value::deserialize(document).unwrap())
         .filter(|document| !document.is_null())
         .collect()
@@ -786,7 +786,7 @@ async fn the_plain_manifests_are_the_charts_and_apply() {
     let applicable: Vec<String> = objects
         .iter()
         .filter(|o| o["kind"] != "Certificate" && o["kind"] != "Issuer")
-        .map(|o| serde_yaml::to_string(o).unwrap())
+        .map(|o| serde_yaml_ng::to_string(o).unwrap())
         .collect();
     let mut apply = plane.kubectl();
     apply

@@ -52,7 +52,7 @@ fn rendered_chart(product: &Product) -> Vec<Value> {
         "--set",
         "prometheusRule.enabled=true",
     ]);
-    serde_yaml::Deserializer::from_str(&yaml)
+    serde_yaml_ng::Deserializer::from_str(&yaml)
         .map(|document| Value::deserialize(document).unwrap())
         .filter(|document| !document.is_null())
         .collect()
@@ -154,7 +154,7 @@ async fn roll_progress_through_a_real_prometheus() {
     let rules_dir = tempfile::tempdir().unwrap();
     let rules = rules_dir.path().join("rules.yaml");
     let spec = &of_kind(&chart, "PrometheusRule")["spec"];
-    std::fs::write(&rules, serde_yaml::to_string(spec).unwrap()).unwrap();
+    std::fs::write(&rules, serde_yaml_ng::to_string(spec).unwrap()).unwrap();
     let prometheus = Prometheus::start(&target, &[&rules]).await;
     let shards = format!("valkey_operator_cluster_shards{{{OF_CART}}}");
     eventually(

@@ -37,7 +37,7 @@ fn every_alert_passes_its_promtool_unit_test() {
 
 fn alert_names() -> Vec<String> {
     let rules: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(Path::new(REPO).join(ALERTS)).unwrap())
+        serde_yaml_ng::from_str(&std::fs::read_to_string(Path::new(REPO).join(ALERTS)).unwrap())
             .unwrap();
     let names: Vec<String> = rules["groups"][0]["rules"]
         .as_array()
@@ -70,7 +70,7 @@ fn the_chart_ships_the_rules_and_dashboard_promtool_and_helm_accept() {
 
     let mut template = vec!["template", RELEASE, CHART, "--namespace", NAMESPACE];
     template.extend(on);
-    let objects: Vec<Value> = serde_yaml::Deserializer::from_str(&helm.must(&template))
+    let objects: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&helm.must(&template))
         .map(|document| Value::deserialize(document).unwrap())
         .filter(|document| !document.is_null())
         .collect();
@@ -79,7 +79,7 @@ fn the_chart_ships_the_rules_and_dashboard_promtool_and_helm_accept() {
     // The rendered rules are the file's, and promtool accepts them.
     let rule = of_kind("PrometheusRule");
     let file: Value =
-        serde_yaml::from_str(&std::fs::read_to_string(Path::new(REPO).join(ALERTS)).unwrap())
+        serde_yaml_ng::from_str(&std::fs::read_to_string(Path::new(REPO).join(ALERTS)).unwrap())
             .unwrap();
     assert_eq!(
         rule["spec"], file,
@@ -88,7 +88,7 @@ fn the_chart_ships_the_rules_and_dashboard_promtool_and_helm_accept() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("rendered.yaml"),
-        serde_yaml::to_string(&rule["spec"]).unwrap(),
+        serde_yaml_ng::to_string(&rule["spec"]).unwrap(),
     )
     .unwrap();
     let (ok, output) = promtool(dir.path(), &["check", "rules", "rendered.yaml"]);

@@ -450,7 +450,7 @@ fn cost(
 ) -> (usize, usize) {
     use valkey_operator::acl::{UserCost, role_cost};
     let yaml = amplified_cluster("x", users, permissions);
-    let cluster: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
+    let cluster: serde_json::Value = serde_yaml_ng::from_str(&yaml).unwrap();
     let spec: valkey_operator::api::ValkeyClusterSpec =
         serde_json::from_value(cluster["spec"].clone()).unwrap();
     let per_role = role_cost(role);
@@ -472,7 +472,7 @@ async fn the_largest_acl_admission_passes_is_written_within_bounded_memory() {
     let commands = real_commands(200).await;
     product.apply(&role_yaml(&commands));
     let role: valkey_operator::api::ValkeyRoleSpec = serde_json::from_value(
-        serde_yaml::from_str::<serde_json::Value>(&role_yaml(&commands)).unwrap()["spec"].clone(),
+        serde_yaml_ng::from_str::<serde_json::Value>(&role_yaml(&commands)).unwrap()["spec"].clone(),
     )
     .unwrap();
     // The most permissions a user may hold of it, and the most such users a cluster may have.

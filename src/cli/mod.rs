@@ -177,7 +177,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("reading the CA certificate {}", ca_file.display()))?;
             print!(
                 "{}",
-                serde_yaml::to_string(&webhook_config::for_url(&url, &ca))?
+                serde_yaml_ng::to_string(&webhook_config::for_url(&url, &ca))?
             );
             Ok(())
         }

@@ -25,7 +25,7 @@ pub async fn plan(client: &Client, file: &Path) -> anyhow::Result<String> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let mut changed: Vec<(ValkeyConfig, serde_json::Value)> = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(&text) {
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
         let value = serde_json::Value::deserialize(document).context("reading the YAML")?;
         if value.is_null() {
             continue;

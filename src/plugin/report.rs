@@ -135,7 +135,7 @@ fn yaml<T: Serialize + Clone + kube::Resource>(objects: &[T]) -> anyhow::Result<
         let mut object = object.clone();
         object.meta_mut().managed_fields = None;
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&object).context("writing YAML")?);
+        out.push_str(&serde_yaml_ng::to_string(&object).context("writing YAML")?);
     }
     Ok(out)
 }

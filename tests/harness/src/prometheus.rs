@@ -121,7 +121,7 @@ impl Prometheus {
             "scrape_configs": [scrape],
         });
         let config_path = dir.path().join("prometheus.yml");
-        std::fs::write(&config_path, serde_yaml::to_string(&config).unwrap()).unwrap();
+        std::fs::write(&config_path, serde_yaml_ng::to_string(&config).unwrap()).unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .unwrap()

@@ -180,7 +180,7 @@ impl ControlPlane {
                 "client-key": pki.webhook_client_key,
             }}],
         });
-        let yaml = serde_yaml::to_string(&users)
+        let yaml = serde_yaml_ng::to_string(&users)
             .map_err(|e| Error::Encoding(format!("the webhook client kubeconfig: {e}")))?;
         std::fs::write(&kubeconfig, yaml)
             .map_err(Error::io(format!("writing {}", kubeconfig.display())))?;
@@ -197,7 +197,7 @@ impl ControlPlane {
             "plugins": [webhook("ValidatingAdmissionWebhook"), webhook("MutatingAdmissionWebhook")],
         });
         let path = self.data_dir().join("admission.yaml");
-        let yaml = serde_yaml::to_string(&config)
+        let yaml = serde_yaml_ng::to_string(&config)
             .map_err(|e| Error::Encoding(format!("the admission configuration: {e}")))?;
         std::fs::write(&path, yaml).map_err(Error::io(format!("writing {}", path.display())))?;
         Ok(vec![format!(
@@ -535,7 +535,7 @@ fn write_kubeconfig(path: &Path, server: &str, pki: &Pki) -> Result<(), Error> {
         "contexts": [{"name": "testenv", "context": {"cluster": "testenv", "user": "testenv-admin"}}],
         "current-context": "testenv",
     });
-    let yaml = serde_yaml::to_string(&kubeconfig)
+    let yaml = serde_yaml_ng::to_string(&kubeconfig)
         .map_err(|e| Error::Encoding(format!("the kubeconfig: {e}")))?;
     std::fs::write(path, yaml).map_err(Error::io(format!("writing {}", path.display())))
 }

@@ -221,8 +221,8 @@ impl ChartIdentity {
             &["create", "token", RELEASE, "-n", NAMESPACE, "--duration=1h"],
             None,
         );
-        let admin: serde_yaml::Value =
-            serde_yaml::from_str(&std::fs::read_to_string(plane.kubeconfig_path()).unwrap())
+        let admin: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(&std::fs::read_to_string(plane.kubeconfig_path()).unwrap())
                 .unwrap();
         let ca_data = admin["clusters"][0]["cluster"]["certificate-authority-data"]
             .as_str()
@@ -240,7 +240,7 @@ impl ChartIdentity {
         });
         std::fs::write(
             dir.path().join("kubeconfig"),
-            serde_yaml::to_string(&kubeconfig).unwrap(),
+            serde_yaml_ng::to_string(&kubeconfig).unwrap(),
         )
         .unwrap();
         std::fs::write(
