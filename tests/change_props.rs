@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use valkey_operator::api::{
     AclUser, NodeResources, ValkeyCluster, ValkeyClusterSpec, ValkeyImageSpec, ZoneSpread,
 };
-use valkey_operator::controller::render::ClusterRender;
+use valkey_operator::controller::build::render::ClusterRender;
 use valkey_operator::fleet::change::{Change, change};
 use valkey_operator::fleet::resolve::{Chain, EffectiveConfig, ResolvedImage};
 

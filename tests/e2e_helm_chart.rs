@@ -80,7 +80,7 @@ fn chart_lints_clean_and_renders_what_the_operator_needs() {
     let deployment = find(&objects, "Deployment");
     assert_eq!(deployment["spec"]["replicas"], 2);
     // Every cluster's NetworkPolicy lets the operator in by this label.
-    let (key, value) = valkey_operator::controller::render::OPERATOR_POD_LABEL;
+    let (key, value) = valkey_operator::controller::build::render::OPERATOR_POD_LABEL;
     assert_eq!(
         deployment["spec"]["template"]["metadata"]["labels"][key], value,
         "the operator's Pods must carry the label the NetworkPolicies name"

@@ -9,10 +9,10 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use testenv::ControlPlane;
 use tokio::sync::{oneshot, watch};
-use valkey_operator::controller::leader::{self, LeaseConfig};
+use valkey_operator::controller::lead::lease::{self, LeaseConfig};
 
 struct Elector {
-    leading: watch::Receiver<leader::Leadership>,
+    leading: watch::Receiver<lease::Leadership>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -26,7 +26,7 @@ fn start(client: kube::Client, identity: &str) -> Elector {
     };
     let (sender, leading) = watch::channel(None);
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(leader::run(client, config, sender, async move {
+    let task = tokio::spawn(lease::run(client, config, sender, async move {
         let _ = stopped.await;
     }));
     Elector {
@@ -56,7 +56,7 @@ async fn one_leader_at_a_time_with_handover_and_takeover() {
 
     let mut a = start(client.clone(), "replica-a");
     eventually("replica-a to lead", ELECTION, async || {
-        leader::holds(&a.leading.borrow())
+        lease::holds(&a.leading.borrow())
     })
     .await;
     let mut b = start(client.clone(), "replica-b");
@@ -65,7 +65,7 @@ async fn one_leader_at_a_time_with_handover_and_takeover() {
     let watched_until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < watched_until {
         assert!(
-            leader::holds(&a.leading.borrow()) && !leader::holds(&b.leading.borrow()),
+            lease::holds(&a.leading.borrow()) && !lease::holds(&b.leading.borrow()),
             "two leaders, or a lost its lease"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -75,9 +75,9 @@ async fn one_leader_at_a_time_with_handover_and_takeover() {
     // A clean shutdown releases the Lease; b takes over.
     let _ = a.stop.take().unwrap().send(());
     (&mut a.task).await.unwrap();
-    assert!(!leader::holds(&a.leading.borrow()));
+    assert!(!lease::holds(&a.leading.borrow()));
     eventually("replica-b to take over", ELECTION, async || {
-        leader::holds(&b.leading.borrow())
+        lease::holds(&b.leading.borrow())
     })
     .await;
     assert_eq!(holder(&leases).await.as_deref(), Some("replica-b"));
@@ -90,7 +90,7 @@ async fn one_leader_at_a_time_with_handover_and_takeover() {
     // stops counting within the renew deadline, while the Lease is still b's.
     assert!(b.leading.borrow().is_some());
     eventually("b's leadership to stop counting", ELECTION, async || {
-        !leader::holds(&b.leading.borrow())
+        !lease::holds(&b.leading.borrow())
     })
     .await;
     assert_eq!(
@@ -101,7 +101,7 @@ async fn one_leader_at_a_time_with_handover_and_takeover() {
     eventually(
         "replica-c to take over an expired lease",
         ELECTION,
-        async || leader::holds(&c.leading.borrow()),
+        async || lease::holds(&c.leading.borrow()),
     )
     .await;
     let transitions = leases

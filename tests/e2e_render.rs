@@ -15,8 +15,8 @@ use valkey_operator::acl::OPERATOR_USER;
 use valkey_operator::api::{
     self, NodeRole, ValkeyCluster, ValkeyImageSpec, ValkeyNode, ZoneSpread,
 };
+use valkey_operator::controller::build::render::ClusterRender;
 use valkey_operator::controller::pass::credentials::new_secret;
-use valkey_operator::controller::render::ClusterRender;
 use valkey_operator::credentials::{SystemCredentials, secret_name};
 use valkey_operator::fleet::resolve::{Chain, EffectiveConfig, ResolvedImage};
 use valkey_operator::settings::DEFAULT_CLUSTER_DOMAIN;

@@ -472,7 +472,8 @@ async fn the_largest_acl_admission_passes_is_written_within_bounded_memory() {
     let commands = real_commands(200).await;
     product.apply(&role_yaml(&commands));
     let role: valkey_operator::api::ValkeyRoleSpec = serde_json::from_value(
-        serde_yaml_ng::from_str::<serde_json::Value>(&role_yaml(&commands)).unwrap()["spec"].clone(),
+        serde_yaml_ng::from_str::<serde_json::Value>(&role_yaml(&commands)).unwrap()["spec"]
+            .clone(),
     )
     .unwrap();
     // The most permissions a user may hold of it, and the most such users a cluster may have.

@@ -518,12 +518,12 @@ fn the_layer_check_sees_an_upward_import() {
         ),
         (
             "api::names".to_string(),
-            BTreeSet::from(["controller::status".to_string()]),
+            BTreeSet::from(["controller::build::status".to_string()]),
         ),
     ]);
     assert_eq!(
         upward_imports(&edges, &layers),
-        ["api::names → controller::status"]
+        ["api::names → controller::build::status"]
     );
 }
 

@@ -2,7 +2,7 @@
 //! Secret keys) are defined in one place, `src/api/mod.rs`, and the docs name exactly those: a
 //! name the code uses but no page documents, a page naming one the code does not have, or a
 //! name spelled out anywhere else in `src/` fails here. Condition types and reasons and event
-//! reasons are each defined by one enum (`controller::status`, `controller::events`); every one
+//! reasons are each defined by one enum (`controller::build::status`, `controller::events`); every one
 //! of them is documented, and the docs' lists of events and of `Degraded`'s reasons name only
 //! those.
 
@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use valkey_operator::api::{annotations, field_managers, finalizers, labels, secret_keys};
+use valkey_operator::controller::build::status::{ConditionType, Reason};
 use valkey_operator::controller::events::{ClusterEvent, RolloutChange, RolloutEvent, Said};
-use valkey_operator::controller::status::{ConditionType, Reason};
 
 /// The API group's prefix, on every label, annotation and finalizer of the operator's own.
 const PREFIX: &str = "valkey.gomomento.com/";

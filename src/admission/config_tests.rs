@@ -429,7 +429,7 @@ fn a_change_outside_the_maintenance_windows_says_when_its_clusters_start() {
 /// `unresolved`. The first two word the one rule; the controller's answer is what it would do
 /// (the node revision it renders, the settings it sets live, the users it sets).
 fn three_answers(edited: ValkeyConfigSpec) -> [String; 3] {
-    use crate::controller::render::ClusterRender;
+    use crate::controller::build::render::ClusterRender;
     use crate::fleet::resolve::{self, WithConfig};
 
     let fleet = fleet();

@@ -25,7 +25,7 @@ use crate::api;
 use crate::api::ClusterKey;
 use crate::cli::supervise::{Health, Supervisor};
 use crate::controller;
-use crate::controller::leader::{self, LeaseConfig};
+use crate::controller::lead::lease::{self, LeaseConfig};
 use crate::execute::Timeouts;
 use crate::fleet::Fleet;
 use crate::fleet::caches::{self, Readiness};
@@ -320,7 +320,7 @@ async fn serve(
     // election's own Lease requests go through `client`, unfenced).
     let fenced = kube::client::ClientBuilder::try_from(config)
         .context("building the controller's API client")?
-        .with_layer(&controller::fence::FenceLayer::new(leading.clone()))
+        .with_layer(&controller::lead::fence::FenceLayer::new(leading.clone()))
         .build();
     let controller = controller::run(
         fenced,
@@ -388,11 +388,11 @@ fn spawn_election(
     tasks: &mut Supervisor,
     client: Client,
     lease: LeaseConfig,
-    leading: watch::Sender<leader::Leadership>,
+    leading: watch::Sender<lease::Leadership>,
 ) {
     let stopping = tasks.stopping();
     tasks.spawn("leader-election", async move {
-        leader::run(client, lease, leading, stopping).await;
+        lease::run(client, lease, leading, stopping).await;
         Ok(())
     });
 }

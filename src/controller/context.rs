@@ -23,14 +23,14 @@ pub struct Context {
     /// Wakes a cluster (the controller reconciles each key sent), e.g. a queued cluster of a
     /// fleet rollout when a place frees.
     pub wake: tokio::sync::broadcast::Sender<crate::api::ClusterKey>,
-    /// The election's word, checked before acting (see [`crate::controller::leader::Leadership`]).
-    pub leadership: tokio::sync::watch::Receiver<crate::controller::leader::Leadership>,
+    /// The election's word, checked before acting (see [`crate::controller::lead::lease::Leadership`]).
+    pub leadership: tokio::sync::watch::Receiver<crate::controller::lead::lease::Leadership>,
 }
 
 impl Context {
     /// Fails unless this replica's Lease still holds by its own clock.
     pub fn fence(&self) -> Result<(), crate::controller::error::Error> {
-        if crate::controller::leader::holds(&self.leadership.borrow()) {
+        if crate::controller::lead::lease::holds(&self.leadership.borrow()) {
             Ok(())
         } else {
             Err(crate::controller::error::Error::NotLeading)

@@ -16,9 +16,9 @@ use crate::api::{
     JoinType, NodeLifecycle, NodeRole, ValkeyCluster, ValkeyNode, ValkeyNodeStatus, annotations,
     field_managers, finalizers, labels,
 };
+use crate::controller::build::render::ClusterRender;
 use crate::controller::context::Context;
 use crate::controller::memory::node_cache::{Kind, Writes};
-use crate::controller::render::ClusterRender;
 use crate::controller::view::{ClusterNodes, roll_status};
 use crate::execute::{Member, NodeHost};
 use crate::roll::RollMemory;

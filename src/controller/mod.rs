@@ -4,30 +4,28 @@
 //! ValkeyImage reaches every cluster that resolves through it, so a fleet change starts every
 //! affected cluster at once.
 //!
-//! Three groups of files:
+//! Its files, by kind:
 //! - [`pass`]: one reconcile of a cluster, as its seven steps, one file each (and the light pass
 //!   of a settled cluster);
 //! - [`memory`]: what the leader remembers of each cluster between passes, with one owner;
-//! - the wiring and what the steps share: this file runs the controller while this replica
-//!   leads ([`leader`], [`fence`]) over the [`watches`] that wake it ([`wakes`] keeps the
-//!   operator's own writes from waking it); [`context`] is what every pass is given; [`view`]
-//!   is what a pass sees of the nodes and Pods, [`host`] how it changes them, [`render`] the
-//!   objects it builds, [`status`] the status it computes (purely), [`events`] what it tells,
-//!   [`error`] why it failed; [`config_status`] writes every config's fleet status.
+//! - [`lead`](mod@lead): leadership (the Lease, and the fence every write passes);
+//! - [`watches`]: what wakes a cluster (and which of its own writes do not);
+//! - [`build`]: what it builds purely, the objects it owns and the status;
+//! - [`fleet_status`]: the second loop, writing every config's and image's fleet status;
+//! - what the steps share: [`context`] what every pass is given, [`view`] what a pass sees of
+//!   the nodes and Pods, [`host`] how it changes them, [`events`] what it tells, [`error`] why
+//!   it failed; this file runs the controller while this replica leads.
 
-pub mod config_status;
+pub mod build;
 pub mod context;
 pub mod error;
 pub mod events;
-pub mod fence;
+pub mod fleet_status;
 pub mod host;
-pub mod leader;
+pub mod lead;
 pub mod memory;
 pub mod pass;
-pub mod render;
-pub mod status;
 pub mod view;
-pub mod wakes;
 pub mod watches;
 
 use std::sync::{Arc, RwLock};
@@ -46,7 +44,7 @@ use crate::settings::OperatorSettings;
 use context::Context;
 use error::Error;
 use events::EventRecorder;
-use leader::Leadership;
+use lead::lease::Leadership;
 
 /// Runs the controller while this replica leads; stops reconciling as soon as it does not.
 pub async fn run(
@@ -97,7 +95,7 @@ async fn lead(
     let controller = watches::controller(context, changes)
         .run(pass::reconcile, error_policy, context.clone())
         .for_each(|_| async {});
-    let fleet_status = config_status::write_fleet_status(
+    let fleet_status = fleet_status::write_fleet_status(
         context.client.clone(),
         context.fleet.clone(),
         context.memory.rollouts.clone(),

@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use crate::acl::is_reserved;
 use crate::api::ClusterKey;
+use crate::controller::build::status::NodeRefusal;
 use crate::controller::memory::REFRESH;
 use crate::controller::memory::{KeptPerCluster, PerCluster};
-use crate::controller::status::NodeRefusal;
 use crate::execute::Member;
 use crate::execute::acl::Refusal;
 use crate::valkey::NodeAddress;

@@ -25,10 +25,10 @@ use crate::api::ClusterKey;
 use crate::api::annotations::ROTATE_CREDENTIALS;
 use crate::api::field_managers::CONTROLLER as MANAGER;
 use crate::api::secret_keys::OPERATOR_PASSWORD;
+use crate::controller::build::render::ClusterRender;
 use crate::controller::context::Context;
 use crate::controller::error::Error;
 use crate::controller::memory::credentials::Read;
-use crate::controller::render::ClusterRender;
 use crate::credentials::{
     Passwords, Rotation, SystemCredentials, private_secret_name, secret_name,
 };

@@ -4,8 +4,8 @@
 //! finds wrong, [`crate::controller::pass::update_status::halted`] writes.
 
 use crate::api::bounds::cluster_problems;
+use crate::controller::build::status::Reason;
 use crate::controller::pass::{Halt, Pass};
-use crate::controller::status::Reason;
 use crate::fleet::Fleet;
 use crate::fleet::policy::{self, Counted, Footprint, Request};
 use crate::fleet::resolve::{self, EffectiveConfig};

@@ -17,10 +17,10 @@ use kube::{Api, ResourceExt};
 
 use crate::acl::password_hash;
 use crate::api::AclUser;
+use crate::controller::build::render::ClusterRender;
 use crate::controller::context::Context;
 use crate::controller::error::Error;
 use crate::controller::pass::credentials::{created, operator_secret, write};
-use crate::controller::render::ClusterRender;
 use crate::credentials::{issued_secret_name, random_password};
 
 /// The config's users the operator issues a password to: those that bring none.

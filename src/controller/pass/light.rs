@@ -9,10 +9,10 @@ use kube::runtime::controller::Action;
 
 use crate::api::ClusterKey;
 use crate::api::ValkeyCluster;
+use crate::controller::build::status::progress;
 use crate::controller::context::Context;
 use crate::controller::memory::settled::fingerprint;
 use crate::controller::pass::update_status::requeue_after;
-use crate::controller::status::progress;
 use crate::execute::observe::observe;
 use crate::roll::Step;
 

@@ -21,7 +21,7 @@
 //!
 //! Every write of a pass, to a Valkey node or to the API server, is sent only while this
 //! replica's leadership still holds by its own clock, checked right before it is sent (see
-//! [`crate::controller::fence`]): a pass that outlived it (a paused process) writes nothing.
+//! [`crate::controller::lead::fence`]): a pass that outlived it (a paused process) writes nothing.
 //!
 //! A settled cluster's periodic pass is none of that: it asks its Valkey nodes only ([`light`]),
 //! and goes on to the full pipeline when they answer differently.
@@ -51,14 +51,14 @@ use crate::api::ClusterKey;
 use crate::api::ValkeyCluster;
 use crate::api::bounds::Problem;
 use crate::api::finalizers::RETIRE_NODES;
+use crate::controller::build::render::ClusterRender;
+use crate::controller::build::status::Reason;
 use crate::controller::context::Context;
 use crate::controller::error::Error;
 use crate::controller::events::{ClusterEvent, publish};
 use crate::controller::host::{KubeHost, delete_node};
 use crate::controller::memory::settled::PassStart;
 use crate::controller::pass::read::{StoredStatus, read_nodes, read_status};
-use crate::controller::render::ClusterRender;
-use crate::controller::status::Reason;
 use crate::fleet::resolve::EffectiveConfig;
 
 /// Reconciles one cluster (the entry point the controller runs).

@@ -1,5 +1,5 @@
 //! Step 7 of a pass, update status: the status computed from what the pass found (see
-//! [`crate::controller::status`], pure), the events of what changed in it, one server-side apply
+//! [`crate::controller::build::status`], pure), the events of what changed in it, one server-side apply
 //! (none when it says what the pass read), then the requeue by cause. A pass stopped early by a
 //! [`Halt`] writes here too: `Degraded` with why.
 
@@ -15,6 +15,10 @@ use serde_json::json;
 use crate::api::ClusterKey;
 use crate::api::field_managers::CONTROLLER as MANAGER;
 use crate::api::{ClusterState, ValkeyCluster, ValkeyClusterStatus};
+use crate::controller::build::status::{
+    ConditionType, PassReport, Reason, acl_applied, degraded, needs_a_person, newly_failing,
+    set_condition, stall_is_new, stalled_for, stranger_is_new, summarize,
+};
 use crate::controller::context::Context;
 use crate::controller::error::Error;
 use crate::controller::events::{ClusterEvent, publish};
@@ -23,10 +27,6 @@ use crate::controller::pass::live::Lived;
 use crate::controller::pass::plan::Planned;
 use crate::controller::pass::read::Seen;
 use crate::controller::pass::{Halt, Pass};
-use crate::controller::status::{
-    ConditionType, PassReport, Reason, acl_applied, degraded, needs_a_person, newly_failing,
-    set_condition, stall_is_new, stalled_for, stranger_is_new, summarize,
-};
 use crate::execute::Outcome;
 use crate::roll::rollout_waits::WaitFor;
 use crate::roll::{JoinBlocker, Step, SwitchoverBlocker, WaitReason};

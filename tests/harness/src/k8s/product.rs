@@ -267,7 +267,7 @@ impl Product {
             &[
                 "get",
                 "lease",
-                valkey_operator::controller::leader::LEASE_NAME,
+                valkey_operator::controller::lead::lease::LEASE_NAME,
                 "-n",
                 NAMESPACE,
                 "-o",

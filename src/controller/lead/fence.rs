@@ -1,6 +1,6 @@
 //! Fencing: every write the controller makes, to a Valkey node or to the API server, is sent
 //! only while this replica's leadership still holds by its own clock
-//! ([`crate::controller::leader::holds`]), checked right before it is sent:
+//! ([`crate::controller::lead::lease::holds`]), checked right before it is sent:
 //!
 //! | write | guarded by |
 //! |---|---|
@@ -22,7 +22,7 @@ use std::task::{Context, Poll};
 use http::{Method, Request};
 use tokio::sync::watch;
 
-use crate::controller::leader::{Leadership, holds};
+use crate::controller::lead::lease::{Leadership, holds};
 use crate::valkey::Fence;
 
 /// The Valkey fence of this replica's leadership.

@@ -1,8 +1,10 @@
 //! The watches that wake the controller, and the controller they feed: its own ValkeyClusters
 //! (cached slim, see [`crate::controller::memory::cluster_cache`]), their ValkeyNodes and Pods
-//! (for what someone other than the operator changed, see [`crate::controller::wakes`]), the
+//! (for what someone other than the operator changed, see [`crate::controller::watches::wakes`]), the
 //! owned objects deleted by hand, the Secrets the clusters' users name, and the fleet index's
 //! changes of configs and images.
+
+pub mod wakes;
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, RwLock};
@@ -22,7 +24,6 @@ use crate::api::ClusterKey;
 use crate::api::{ValkeyCluster, ValkeyNode, labels};
 use crate::controller::context::Context;
 use crate::controller::memory::ClusterMemory;
-use crate::controller::wakes;
 use crate::credentials::ISSUED_SUFFIX;
 use crate::fleet::Fleet;
 

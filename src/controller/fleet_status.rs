@@ -12,10 +12,10 @@ use kube::{Api, Client, Resource};
 use serde_json::json;
 
 use crate::api::{FleetStatus, ValkeyConfig, ValkeyImage};
+use crate::controller::build::status;
+use crate::controller::build::status::{ConditionType, Reason, set_condition};
 use crate::controller::events::{EventRecorder, RolloutChange, RolloutEvent};
 use crate::controller::memory::rollouts::Rollouts;
-use crate::controller::status;
-use crate::controller::status::{ConditionType, Reason, set_condition};
 use crate::fleet::Fleet;
 use crate::fleet::resolve;
 use crate::fleet::rollout::{Tally, tallies};

@@ -33,7 +33,7 @@ use crate::api::{
     ClusterState, JoinType, NodeRole, ValkeyCluster, ValkeyClusterSpec, ValkeyNode, ValkeyNodeSpec,
     ZoneSpread, labels,
 };
-use crate::controller::status::ConditionType;
+use crate::controller::build::status::ConditionType;
 use crate::credentials::secret_name;
 use crate::fleet::change::{RollingInputs, digest_of};
 use crate::fleet::resolve::EffectiveConfig;
