@@ -6,31 +6,21 @@
 //! failover per shard, never fewer than one replica, Valkey serving throughout, no
 //! acknowledged write lost.
 
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
+use harness::k8s::manifest::Manifest;
 use harness::k8s::{ClusterWatch, IMAGES, Product, condition};
 use harness::{eventually, signal};
 
-const FLEET: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: outage}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: shared}
-spec: {imageRef: valkey-9-0-0}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: orders, namespace: outage}
-spec: {configRef: shared, shards: 2, replicasPerShard: 1}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: carts, namespace: outage}
-spec: {configRef: shared, shards: 2, replicasPerShard: 1}
-"#;
+static FLEET: LazyLock<String> = LazyLock::new(|| {
+    Manifest::new()
+        .namespace("outage")
+        .config("shared", "{imageRef: valkey-9-0-0}")
+        .cluster(("outage", "orders"), "shared", 2, 1)
+        .cluster(("outage", "carts"), "shared", 2, 1)
+        .yaml()
+});
 
 const CLUSTERS: [(&str, &str); 2] = [("outage", "orders"), ("outage", "carts")];
 
@@ -38,7 +28,7 @@ const CLUSTERS: [(&str, &str); 2] = [("outage", "orders"), ("outage", "carts")];
 async fn a_fleet_roll_survives_the_api_server_gone_for_20_seconds() {
     let product = Product::start(None, &[]).await;
     product.apply(IMAGES);
-    product.apply(FLEET);
+    product.apply(&FLEET);
     product
         .wait_converged(&CLUSTERS, "9.0.0", Duration::from_secs(240))
         .await;

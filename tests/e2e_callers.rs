@@ -11,10 +11,12 @@
 //! - `/metrics` without a token is refused (401), with the token of a ServiceAccount not bound to
 //!   the metrics-reader ClusterRole refused (403), with one that is, served.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use harness::eventually;
 use harness::https::client_trusting;
+use harness::k8s::manifest::Manifest;
 use harness::k8s::{IMAGES, Product, ProductOptions};
 use serde_json::{Value, json};
 use valkey_operator::api::annotations::HANDOVER_REQUESTED;
@@ -22,21 +24,13 @@ use valkey_operator::api::annotations::HANDOVER_REQUESTED;
 const NAMESPACE: &str = "callers";
 const CLUSTER: &str = "orders";
 
-const OBJECTS: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: callers}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: callers-config}
-spec: {imageRef: valkey-9-1-2}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: orders, namespace: callers}
-spec: {configRef: callers-config, shards: 2, replicasPerShard: 1}
-"#;
+static OBJECTS: LazyLock<String> = LazyLock::new(|| {
+    Manifest::new()
+        .namespace("callers")
+        .config("callers-config", "{imageRef: valkey-9-1-2}")
+        .cluster(("callers", "orders"), "callers-config", 2, 1)
+        .yaml()
+});
 
 /// An AdmissionReview of an Eviction of `pod`, as the API server would send it, written by hand.
 fn forged_review(pod: &str) -> Value {
@@ -112,7 +106,7 @@ async fn started(certified_webhooks: bool) -> Product {
     })
     .await;
     product.apply(IMAGES);
-    product.apply(OBJECTS);
+    product.apply(&OBJECTS);
     product
         .wait_converged(&[(NAMESPACE, CLUSTER)], "9.1.2", Duration::from_secs(180))
         .await;

@@ -25,8 +25,10 @@
 //! whole again, primary changes per shard.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 use std::time::Duration;
 
+use harness::k8s::manifest::Manifest;
 use harness::k8s::{ClusterWatch, IMAGES, Product, condition_field, converged};
 use harness::valkey::{Sampler, Writer, layout, lost_writes, primary_changes};
 use harness::{eventually, signal};
@@ -44,21 +46,13 @@ const REPLICATION_WINDOW: Duration = Duration::from_millis(100);
 
 /// The cluster under fault: the operator's forced 5 s node timeout decides how fast Valkey
 /// fails a primary over.
-const OBJECTS: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: chaos}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: ledger-config}
-spec: {imageRef: valkey-9-0-0}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: ledger, namespace: chaos}
-spec: {configRef: ledger-config, shards: 2, replicasPerShard: 1}
-"#;
+static OBJECTS: LazyLock<String> = LazyLock::new(|| {
+    Manifest::new()
+        .namespace("chaos")
+        .config("ledger-config", "{imageRef: valkey-9-0-0}")
+        .cluster(("chaos", "ledger"), "ledger-config", 2, 1)
+        .yaml()
+});
 
 /// What one fault cost, as printed.
 struct Row {
@@ -208,7 +202,7 @@ async fn evict(product: &Product, pod: &str) -> Vec<String> {
 async fn faults_lose_nothing_a_replica_held_and_heal() {
     let mut product = Product::start(None, &[]).await;
     product.apply(IMAGES);
-    product.apply(OBJECTS);
+    product.apply(&OBJECTS);
     product
         .wait_converged(&[(NAMESPACE, CLUSTER)], "9.0.0", Duration::from_secs(180))
         .await;

@@ -9,10 +9,12 @@
 //! failover and the writer never stopped; the guide's upgrade to 9.1 keeps all of that, with no
 //! acknowledged write lost.
 
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use harness::eventually;
 use harness::k8s::chart::NAMESPACE as OPERATOR_NAMESPACE;
+use harness::k8s::manifest::Manifest;
 use harness::k8s::{ClusterWatch, IMAGES, Product, condition_field};
 use harness::valkey::attacks::hijack_slots;
 use harness::valkey::logins::{admin, anonymous_reply};
@@ -28,21 +30,16 @@ use valkey_operator::valkey::NodeClient;
 const NAMESPACE: &str = "bank";
 const CLUSTER: &str = "ledger";
 
-const FLEET: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: bank}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: bank-config}
-spec: {imageRef: valkey-9-0-0, valkey: {save: ""}}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: ledger, namespace: bank}
-spec: {configRef: bank-config, shards: 2, replicasPerShard: 1}
-"#;
+static FLEET: LazyLock<String> = LazyLock::new(|| {
+    Manifest::new()
+        .namespace("bank")
+        .config(
+            "bank-config",
+            r#"{imageRef: valkey-9-0-0, valkey: {save: ""}}"#,
+        )
+        .cluster(("bank", "ledger"), "bank-config", 2, 1)
+        .yaml()
+});
 
 /// The cluster's own Secret, in its namespace: what its Pods mount and its team can read.
 fn mounted(product: &Product) -> Value {
@@ -167,7 +164,7 @@ async fn assert_only_password_accepted(product: &Product, new: &str, old: &str) 
 async fn nodes_admit_only_credentials_and_rotations_roll_nothing() {
     let mut product = Product::start(None, &[]).await;
     product.apply(IMAGES);
-    product.apply(FLEET);
+    product.apply(&FLEET);
     product
         .wait_converged(&[(NAMESPACE, CLUSTER)], "9.0.0", Duration::from_secs(180))
         .await;

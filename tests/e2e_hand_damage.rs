@@ -7,27 +7,21 @@
 //! owns (its Service, PodDisruptionBudget and NetworkPolicy), which a settled cluster no longer
 //! applies on every pass, are put back within seconds when deleted by hand.
 
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use harness::eventually;
+use harness::k8s::manifest::Manifest;
 use harness::k8s::{ClusterWatch, IMAGES, Product};
 use harness::valkey::{logins, wait_for_layout};
 
-const CLUSTER: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: repair}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: plain}
-spec: {imageRef: valkey-9-0-0}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: ledger, namespace: repair}
-spec: {configRef: plain, shards: 2, replicasPerShard: 0}
-"#;
+static CLUSTER: LazyLock<String> = LazyLock::new(|| {
+    Manifest::new()
+        .namespace("repair")
+        .config("plain", "{imageRef: valkey-9-0-0}")
+        .cluster(("repair", "ledger"), "plain", 2, 0)
+        .yaml()
+});
 
 /// Every node the cluster's Pods answer with lists exactly the live nodes, none of them
 /// `gone`, and sees every slot served.
@@ -57,7 +51,7 @@ async fn healed(addresses: &[String], gone: &str) -> Result<(), String> {
 async fn a_valkeynode_deleted_by_hand_is_replaced_before_it_goes_and_loses_nothing() {
     let product = Product::start(None, &[]).await;
     product.apply(IMAGES);
-    product.apply(CLUSTER);
+    product.apply(&CLUSTER);
     product
         .wait_converged(&[("repair", "ledger")], "9.0.0", Duration::from_secs(180))
         .await;

@@ -17,8 +17,10 @@
 //! when the only replica was paused (the primary went on acknowledging writes nobody copied).
 //! Nothing acknowledged outside it is lost.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
+use harness::k8s::manifest::Manifest;
 use harness::k8s::{IMAGES, Product, converged};
 use harness::valkey::{Writer, lost_writes, try_layout};
 use harness::{eventually, signal};
@@ -31,21 +33,16 @@ const REPLICATION_WINDOW: Duration = Duration::from_millis(100);
 /// How soon a shard must be served again after its primary is killed.
 const SERVED_WITHIN: Duration = Duration::from_secs(10);
 
-const OBJECTS: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: heal}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: heal-config}
-spec: {imageRef: valkey-9-1-2, valkey: {save: ""}}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: cart, namespace: heal}
-spec: {configRef: heal-config, shards: 3, replicasPerShard: 1}
-"#;
+static OBJECTS: LazyLock<String> = LazyLock::new(|| {
+    Manifest::new()
+        .namespace("heal")
+        .config(
+            "heal-config",
+            r#"{imageRef: valkey-9-1-2, valkey: {save: ""}}"#,
+        )
+        .cluster(("heal", "cart"), "heal-config", 3, 1)
+        .yaml()
+});
 
 /// (replicas, slots) of each of three shards, sorted.
 fn three_shards(replicas: usize) -> [(usize, u32); 3] {
@@ -184,7 +181,7 @@ async fn losses(
 async fn dead_primaries_are_taken_over_whatever_their_replicas_are_doing() {
     let product = Product::start(None, &[]).await;
     product.apply(IMAGES);
-    product.apply(OBJECTS);
+    product.apply(&OBJECTS);
     product
         .wait_converged(&[(NAMESPACE, CLUSTER)], "9.1.2", Duration::from_secs(180))
         .await;
@@ -268,21 +265,16 @@ async fn dead_primaries_are_taken_over_whatever_their_replicas_are_doing() {
     );
 }
 
-const HUNG_OBJECTS: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: heal-hung}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: heal-hung-config}
-spec: {imageRef: valkey-9-1-2, valkey: {save: ""}}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: till, namespace: heal-hung}
-spec: {configRef: heal-hung-config, shards: 2, replicasPerShard: 1}
-"#;
+static HUNG_OBJECTS: LazyLock<String> = LazyLock::new(|| {
+    Manifest::new()
+        .namespace("heal-hung")
+        .config(
+            "heal-hung-config",
+            r#"{imageRef: valkey-9-1-2, valkey: {save: ""}}"#,
+        )
+        .cluster(("heal-hung", "till"), "heal-hung-config", 2, 1)
+        .yaml()
+});
 
 /// Whether process `pid` runs: neither stopped (`T`), a zombie, nor gone (its liveness probe
 /// may have had it killed).
@@ -306,7 +298,7 @@ async fn a_hung_primary_is_taken_over_where_valkey_cannot_fail_it_over() {
     let cluster = ("heal-hung", "till");
     let product = Product::start(None, &[]).await;
     product.apply(IMAGES);
-    product.apply(HUNG_OBJECTS);
+    product.apply(&HUNG_OBJECTS);
     product
         .wait_converged(&[cluster], "9.1.2", Duration::from_secs(180))
         .await;

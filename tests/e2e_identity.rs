@@ -14,8 +14,10 @@
 //!   is still the node's Pod (owned by its ValkeyNode), no takeover, the labels come back.
 //! - A handover request dated in the future is dated now (it would otherwise never expire).
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
+use harness::k8s::manifest::Manifest;
 use harness::k8s::{ClusterWatch, IMAGES, Product, ProductOptions, condition_field, converged};
 use harness::valkey::stranger::Stranger;
 use harness::valkey::{Sampler, layout, primary_changes};
@@ -31,21 +33,13 @@ const CLUSTER: &str = "vault";
 /// How late the kubelet reports a container's exit.
 const STATUS_LAG: Duration = Duration::from_secs(8);
 
-const OBJECTS: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: identity}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: identity-config}
-spec: {imageRef: valkey-9-0-0}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: vault, namespace: identity}
-spec: {configRef: identity-config, shards: 2, replicasPerShard: 1}
-"#;
+static OBJECTS: LazyLock<String> = LazyLock::new(|| {
+    Manifest::new()
+        .namespace("identity")
+        .config("identity-config", "{imageRef: valkey-9-0-0}")
+        .cluster(("identity", "vault"), "identity-config", 2, 1)
+        .yaml()
+});
 
 /// Whole again: 4 Pods, each shard a primary with one replica and its half of the slots, and
 /// the cluster converged; how long that took.
@@ -109,7 +103,7 @@ async fn the_operator_acts_only_on_the_node_it_means() {
     })
     .await;
     product.apply(IMAGES);
-    product.apply(OBJECTS);
+    product.apply(&OBJECTS);
     product
         .wait_converged(&[(NAMESPACE, CLUSTER)], "9.0.0", Duration::from_secs(180))
         .await;

@@ -21,10 +21,12 @@
 
 use std::collections::BTreeSet;
 use std::process::{Child, Stdio};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use harness::eventually;
 use harness::k8s::chart::get_json;
+use harness::k8s::manifest::Manifest;
 use harness::k8s::{ClusterWatch, IMAGES, Product, converged};
 use harness::valkey::config_get;
 use serde_json::Value;
@@ -465,21 +467,13 @@ async fn momentos_examples_apply_and_a_config_level_user_logs_in_on_every_cluste
     );
 }
 
-const TWO_SHARDS: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: my-app}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: plain}
-spec: {imageRef: valkey-9-0-0, valkey: {save: ""}}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: stuck, namespace: my-app}
-spec: {configRef: plain, shards: 2, replicasPerShard: 1}
-"#;
+static TWO_SHARDS: LazyLock<String> = LazyLock::new(|| {
+    Manifest::new()
+        .namespace("my-app")
+        .config("plain", r#"{imageRef: valkey-9-0-0, valkey: {save: ""}}"#)
+        .cluster(("my-app", "stuck"), "plain", 2, 1)
+        .yaml()
+});
 
 /// A Pod's phase and whether it is being deleted; `None` once it is gone.
 fn phase(product: &Product, pod: &str) -> Option<(String, bool)> {
@@ -497,7 +491,7 @@ fn phase(product: &Product, pod: &str) -> Option<(String, bool)> {
 async fn a_hung_primary_is_killed_by_its_liveness_probe_and_its_shard_taken_over() {
     let product = Product::start(None, &[]).await;
     product.apply(IMAGES);
-    product.apply(TWO_SHARDS);
+    product.apply(&TWO_SHARDS);
     product
         .wait_converged(&[(NAMESPACE, "stuck")], "9.0.0", Duration::from_secs(120))
         .await;
@@ -552,27 +546,22 @@ async fn a_hung_primary_is_killed_by_its_liveness_probe_and_its_shard_taken_over
     );
 }
 
-const QUIET_OBJECTS: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: quiet}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: quiet-config}
-spec: {imageRef: valkey-9-1-2, valkey: {save: ""}}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: idle, namespace: quiet}
-spec: {configRef: quiet-config, shards: 1, replicasPerShard: 0}
-"#;
+static QUIET_OBJECTS: LazyLock<String> = LazyLock::new(|| {
+    Manifest::new()
+        .namespace("quiet")
+        .config(
+            "quiet-config",
+            r#"{imageRef: valkey-9-1-2, valkey: {save: ""}}"#,
+        )
+        .cluster(("quiet", "idle"), "quiet-config", 1, 0)
+        .yaml()
+});
 
 #[tokio::test]
 async fn a_settled_cluster_logs_a_heartbeat_each_minute() {
     let product = Product::start(None, &[]).await;
     product.apply(IMAGES);
-    product.apply(QUIET_OBJECTS);
+    product.apply(&QUIET_OBJECTS);
     product
         .wait_converged(&[("quiet", "idle")], "9.1.2", Duration::from_secs(120))
         .await;

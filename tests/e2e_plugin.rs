@@ -16,9 +16,11 @@
 //!   answer says) when the window opens, and once it opens a supervised roll surges the replica and waits for a person's
 //!   `switchover`, which is the roll's one failover.
 
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use harness::eventually;
+use harness::k8s::manifest::Manifest;
 use harness::k8s::{ClusterWatch, IMAGES, Product, condition_field, converged};
 use k8s_openapi::api::core::v1::Secret;
 use serde_json::Value;
@@ -26,26 +28,14 @@ use valkey_operator::api::annotations::{ROLLOUT_PAUSED, ROTATE_CREDENTIALS};
 
 const NAMESPACE: &str = "plugin";
 
-const FLEET: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: plugin}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: shared}
-spec: {imageRef: valkey-9-0-0}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: alpha, namespace: plugin}
-spec: {configRef: shared, shards: 1, replicasPerShard: 1}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: beta, namespace: plugin}
-spec: {configRef: shared, shards: 1, replicasPerShard: 1}
-"#;
+static FLEET: LazyLock<String> = LazyLock::new(|| {
+    Manifest::new()
+        .namespace("plugin")
+        .config("shared", "{imageRef: valkey-9-0-0}")
+        .cluster(("plugin", "alpha"), "shared", 1, 1)
+        .cluster(("plugin", "beta"), "shared", 1, 1)
+        .yaml()
+});
 
 fn plugin(product: &Product, args: &[&str]) -> String {
     let (ok, said) = product.plugin(args);
@@ -72,7 +62,7 @@ fn standing_of(view: &Value, cluster: &str) -> String {
 async fn the_plugin_shows_holds_replaces_and_reports_by_name() {
     let product = Product::start(None, &[]).await;
     product.apply(IMAGES);
-    product.apply(FLEET);
+    product.apply(&FLEET);
     let both = [(NAMESPACE, "alpha"), (NAMESPACE, "beta")];
     product
         .wait_converged(&both, "9.0.0", Duration::from_secs(180))

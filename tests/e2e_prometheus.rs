@@ -10,9 +10,11 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use harness::k8s::chart::{CHART, NAMESPACE as OPERATOR_NAMESPACE, RELEASE};
+use harness::k8s::manifest::Manifest;
 use harness::k8s::{ClusterWatch, IMAGES, Operator, Product, condition_field};
 use harness::prometheus::{Prometheus, ScrapeTarget};
 use harness::{REPO, eventually};
@@ -23,21 +25,16 @@ const NAMESPACE: &str = "shop";
 const CLUSTER: &str = "cart";
 const OF_CART: &str = r#"namespace="shop", cluster="cart""#;
 
-const FLEET: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: shop-config}
-spec: {imageRef: valkey-9-0-0, valkey: {save: ""}}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: cart, namespace: shop}
-spec: {configRef: shop-config, shards: 2, replicasPerShard: 1}
-"#;
+static FLEET: LazyLock<String> = LazyLock::new(|| {
+    Manifest::new()
+        .namespace("shop")
+        .config(
+            "shop-config",
+            r#"{imageRef: valkey-9-0-0, valkey: {save: ""}}"#,
+        )
+        .cluster(("shop", "cart"), "shop-config", 2, 1)
+        .yaml()
+});
 
 /// The chart rendered with its ServiceMonitor and PrometheusRule on.
 fn rendered_chart(product: &Product) -> Vec<Value> {
@@ -137,7 +134,7 @@ fn rises_after_its_low(values: &[f64]) -> bool {
 async fn roll_progress_through_a_real_prometheus() {
     let product = Product::start(None, &[]).await;
     product.apply(IMAGES);
-    product.apply(FLEET);
+    product.apply(&FLEET);
     product
         .wait_converged(&[(NAMESPACE, CLUSTER)], "9.0.0", Duration::from_secs(240))
         .await;

@@ -3,27 +3,21 @@
 //! atomic slot migration, replicas joined and retired, no primary fails over, and no
 //! acknowledged write is lost. Then `kubectl delete` of the cluster retires all of it.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
+use harness::k8s::manifest::Manifest;
 use harness::k8s::{ClusterWatch, IMAGES, Product};
 use harness::valkey::wait_for_layout;
 use harness::{eventually, metric};
 
-const CLUSTER: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: growth}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: elastic}
-spec: {imageRef: valkey-9-0-0, valkey: {save: ""}}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyCluster
-metadata: {name: feed, namespace: growth}
-spec: {configRef: elastic, shards: 2, replicasPerShard: 1}
-"#;
+static CLUSTER: LazyLock<String> = LazyLock::new(|| {
+    Manifest::new()
+        .namespace("growth")
+        .config("elastic", r#"{imageRef: valkey-9-0-0, valkey: {save: ""}}"#)
+        .cluster(("growth", "feed"), "elastic", 2, 1)
+        .yaml()
+});
 
 /// Patches the cluster's spec, waits until it has converged on it, and checks the layout Valkey
 /// itself reports: (replicas, slots) per shard.
@@ -51,7 +45,7 @@ async fn scale_to(product: &Product, patch: &str, expected: &[(usize, u32)]) {
 async fn scaling_shards_and_replicas_with_kubectl_patch_loses_no_write() {
     let product = Product::start(None, &[]).await;
     product.apply(IMAGES);
-    product.apply(CLUSTER);
+    product.apply(&CLUSTER);
     product
         .wait_converged(&[("growth", "feed")], "9.0.0", Duration::from_secs(180))
         .await;

@@ -4,24 +4,25 @@
 //! the webhooks off, the controller itself), a cluster named like someone else's Service leaves
 //! it alone, and a cluster whose reconcile keeps failing does not hold back a healthy one.
 
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 use harness::eventually;
 use harness::k8s::chart::{RELEASE, get_json};
+use harness::k8s::manifest::Manifest;
 use harness::k8s::{IMAGES, Product, condition, condition_field};
 use harness::metric;
 use serde_json::Value;
 
-const CONFIG: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: tenant}
----
-apiVersion: valkey.gomomento.com/v1alpha1
-kind: ValkeyConfig
-metadata: {name: standard}
-spec: {imageRef: valkey-9-0-0, valkey: {save: ""}}
-"#;
+static CONFIG: LazyLock<String> = LazyLock::new(|| {
+    Manifest::new()
+        .namespace("tenant")
+        .config(
+            "standard",
+            r#"{imageRef: valkey-9-0-0, valkey: {save: ""}}"#,
+        )
+        .yaml()
+});
 
 fn cluster_yaml(name: &str, spec: &str) -> String {
     format!(
@@ -43,7 +44,7 @@ fn refused(product: &Product, yaml: &str, expected: &[&str]) -> String {
 async fn hostile_specs_are_refused_and_cost_the_operator_nothing() {
     let mut product = Product::start(None, &[]).await;
     product.apply(IMAGES);
-    product.apply(CONFIG);
+    product.apply(&CONFIG);
     let rss_before = product.operator().resident_kib().unwrap();
 
     // The CRD schema: numbers past the hard limits, a name too long for its node names, an
@@ -468,7 +469,7 @@ async fn the_largest_acl_admission_passes_is_written_within_bounded_memory() {
     use valkey_operator::acl::{MAX_NODE_BYTES, MAX_USER_TOKENS};
     let product = Product::start(None, &[]).await;
     product.apply(IMAGES);
-    product.apply(CONFIG);
+    product.apply(&CONFIG);
     let commands = real_commands(200).await;
     product.apply(&role_yaml(&commands));
     let role: valkey_operator::api::ValkeyRoleSpec = serde_json::from_value(
@@ -602,7 +603,7 @@ async fn refused_once_known(product: &Product, yaml: &str, expected: &str) -> St
 async fn a_namespace_policy_is_held_by_admission_and_by_the_controller() {
     let product = Product::start(None, &[]).await;
     product.apply(IMAGES);
-    product.apply(CONFIG);
+    product.apply(&CONFIG);
     product.apply(POLICY);
     let on_large = cluster_yaml(
         "carts",

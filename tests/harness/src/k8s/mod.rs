@@ -9,6 +9,7 @@
 
 pub mod chart;
 pub mod local;
+pub mod manifest;
 pub mod product;
 
 pub use chart::{ChartIdentity, Helm, Operator};
