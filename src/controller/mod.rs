@@ -5,7 +5,7 @@
 //! affected cluster at once.
 //!
 //! Its files, by kind:
-//! - [`pass`]: one reconcile of a cluster, as its seven steps, one file each (and the light pass
+//! - [`pass`]: one reconcile of a cluster, as its nine steps, one file each (and the light pass
 //!   of a settled cluster);
 //! - [`memory`]: what the leader remembers of each cluster between passes, with one owner;
 //! - [`lead`](mod@lead): leadership (the Lease, and the fence every write passes);

@@ -1,4 +1,4 @@
-//! Step 5 of a pass, act: the one step the planner chose, performed by the product's executor on
+//! Step 7 of a pass, act: the one step the planner chose, performed by the product's executor on
 //! the cluster's ValkeyNodes and Pods ([`crate::controller::host::KubeHost`]); this adds what a
 //! person and a dashboard see of it, the events and the failover and migration metrics, and times
 //! the roll's shards and joins across passes.

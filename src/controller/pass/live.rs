@@ -1,4 +1,4 @@
-//! Step 6 of a pass, live: changes applied to running nodes in place, without a roll: the cluster's
+//! Step 8 of a pass, live: changes applied to running nodes in place, without a roll: the cluster's
 //! ACL users (with their ValkeyRoles from the fleet index), on every pass, during rolls and stalls
 //! too; a credentials rotation moved on; and the Valkey settings `CONFIG SET` can change, once the
 //! cluster has converged. A new node also gets the users before it becomes Active (see
@@ -35,8 +35,8 @@ use crate::controller::host::KubeHost;
 use crate::controller::memory::applied::Applied;
 use crate::controller::pass::Pass;
 use crate::controller::pass::credentials;
+use crate::controller::pass::keep::Seen;
 use crate::controller::pass::plan::Planned;
-use crate::controller::pass::read::Seen;
 use crate::credentials::Rotation;
 use crate::execute::acl::{DesiredAcl, apply_users};
 use crate::execute::{Member, NodeHost};
@@ -44,7 +44,7 @@ use crate::roll::{ObservedNode, Step};
 use crate::valkey::tls::ClusterNames;
 use crate::valkey::{Expected, NodeClient, Reach};
 
-/// What step 6 did: the members it worked on, the users' outcome, and whether nothing is left
+/// What step 8 did: the members it worked on, the users' outcome, and whether nothing is left
 /// to redo on the nodes (with a converged step, the cluster settles on those members).
 pub struct Lived {
     pub members: Vec<Member>,

@@ -1,4 +1,4 @@
-//! Step 3 of a pass, membership: keeping a cluster's members in place before the planner looks. The
+//! Step 4 of a pass, membership: keeping a cluster's members in place before the planner looks. The
 //! objects the cluster owns (its headless Service, PodDisruptionBudget and NetworkPolicy), the
 //! operator's finalizer on every node, the Pod of a node whose creation was cut short, the
 //! executor's membership pass (ids, MEET, REPLICATE, FORGET; `crate::execute::membership`), then

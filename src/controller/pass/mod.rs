@@ -1,22 +1,25 @@
-//! One reconcile of a ValkeyCluster: a pipeline of seven steps, one call each in [`apply`], each
-//! in its own file:
+//! One reconcile of a ValkeyCluster: a pipeline of nine steps, one call each in [`apply`], each
+//! in its own file and named for what it does (the steps that write say so):
 //!
 //! 1. **dereference** ([`dereference`]): the spec within the operator's limits, and
 //!    `spec.configRef` resolved through the `baseRef` chain (fleet index), no I/O;
 //! 2. **read** ([`read`]): every read of the cluster's objects but the stored status (read when
-//!    the pass begins, since every early stop writes over it): the TLS trust, the ValkeyNodes and
-//!    Pods, the credentials Secrets (created if absent, see [`credentials`]), the passwords
-//!    issued to the config's users ([`issued`]), the users' password hashes ([`secrets`]); the
-//!    nodes themselves are asked in step 3;
-//! 3. **membership** ([`membership`]): the owned Service, budget and NetworkPolicy, node
+//!    the pass begins, since every early stop writes over it): the TLS trust, the ValkeyNodes
+//!    and Pods, the users' password hashes ([`secrets`]); it writes nothing;
+//! 3. **keep** ([`keep`]): the Secrets the operator owns for the cluster, written when they must
+//!    be: its credentials ([`credentials`]), the passwords issued to the config's users
+//!    ([`issued`]);
+//! 4. **membership** ([`membership`]): the owned Service, budget and NetworkPolicy, node
 //!    finalizers, missing Pods, MEET/REPLICATE, then what every node says and which are silent,
 //!    and the role labels (outside the planner);
-//! 4. **plan** ([`plan`]): a person's `retry-failovers` honoured, the pure planner, the fleet
-//!    rollout's [`gate`], the users the nodes get;
-//! 5. **act** ([`act`]): exactly the one planned step, through the product's executor;
-//! 6. **live** ([`live`]): ACL users (the operator's own too) on every pass, a credentials
+//! 5. **honour** ([`honour`]): a person's `retry-failovers` written into the roll's memory, and
+//!    its annotation removed;
+//! 6. **plan** ([`plan`]): the pure planner, the fleet rollout's [`gate`], the users the nodes
+//!    get; it writes nothing;
+//! 7. **act** ([`act`]): exactly the one planned step, through the product's executor;
+//! 8. **live** ([`live`]): ACL users (the operator's own too) on every pass, a credentials
 //!    rotation moved on, certificate reloads, and once converged, settings applied in place;
-//! 7. **update status** ([`update_status`]): one server-side apply, events, then requeue by
+//! 9. **update status** ([`update_status`]): one server-side apply, events, then requeue by
 //!    cause. A step that stops the pass early hands it a [`Halt`] saying why.
 //!
 //! Every write of a pass, to a Valkey node or to the API server, is sent only while this
@@ -30,7 +33,9 @@ pub mod act;
 pub mod credentials;
 pub mod dereference;
 pub mod gate;
+pub mod honour;
 pub mod issued;
+pub mod keep;
 pub mod light;
 pub mod live;
 pub mod membership;
@@ -153,15 +158,17 @@ async fn apply(cluster: &ValkeyCluster, ctx: &Context) -> Result<Action, Error> 
     }
 }
 
-/// Steps 1 to 7, one call each.
+/// Steps 1 to 9, one call each.
 async fn steps(pass: &Pass<'_>) -> Result<Action, Halt> {
     let effective = dereference::dereference(pass)?;
     let render = pass.render(&effective);
-    let (nodes, seen) = read::read(pass, &render).await?;
+    let (nodes, reads) = read::read(pass).await?;
+    let seen = keep::keep(pass, &render, &nodes, reads).await?;
     let resource_version = pass.stored.resource_version.clone();
     let mut host = KubeHost::new(pass.ctx, &render, &pass.namespace, nodes, resource_version);
     let observed = membership::membership(pass, &render, &mut host, &seen.reach).await?;
-    let mut planned = plan::plan(pass, &render, &mut host, observed, &seen).await?;
+    let memory = honour::honour(pass, &mut host).await?;
+    let mut planned = plan::plan(pass, &render, observed, memory, &seen);
     let acted = act::act_planned(pass, &mut host, &mut planned, &seen.reach).await?;
     let lived = live::live(pass, &host, &planned, &seen, &render).await;
     Ok(update_status::update(pass, &host, &planned, &seen, acted, lived).await?)

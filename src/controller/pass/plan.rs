@@ -1,30 +1,22 @@
-//! Step 4 of a pass, plan: the roll's memory as stored (with the joiners lost lately, and a
-//! person's `retry-failovers` honoured), the pure planner's one next step, held back by the
-//! fleet rollout's gate where its group says so, and the ACL users the nodes get.
+//! Step 6 of a pass, plan: the roll's memory (as step 5 left it, with the joiners lost lately),
+//! the pure planner's one next step, held back by the fleet rollout's gate where its group says
+//! so, and the ACL users the nodes get. It writes nothing.
 
 use std::collections::BTreeMap;
 use std::sync::RwLock;
 
-use kube::api::{Patch, PatchParams};
-use kube::{Api, ResourceExt};
-use serde_json::json;
+use kube::ResourceExt;
 
 use crate::acl::AclError;
 use crate::acl::{self};
-use crate::api::annotations::RETRY_FAILOVERS;
 use crate::api::{AclUser, PrimaryUpdatePolicy, RolloutProgress, ValkeyCluster};
 use crate::controller::build::render::ClusterRender;
 use crate::controller::build::status::progress;
-use crate::controller::error::Error;
-use crate::controller::events::{ClusterEvent, publish};
-use crate::controller::host::KubeHost;
+use crate::controller::pass::Pass;
 use crate::controller::pass::gate;
-use crate::controller::pass::read::Seen;
+use crate::controller::pass::keep::Seen;
 use crate::controller::pass::secrets::PasswordHashes;
-use crate::controller::pass::{Halt, Pass};
-use crate::controller::view::memory_of;
 use crate::credentials::SystemUsers;
-use crate::execute::NodeHost;
 use crate::execute::acl::DesiredAcl;
 use crate::fleet::Fleet;
 use crate::roll::{DesiredShape, ObservedNode, PrimaryUpdate, RollMemory, Step, Switchover};
@@ -44,23 +36,21 @@ pub struct Planned {
 }
 
 /// Plans the pass's one step.
-pub async fn plan(
+pub fn plan(
     pass: &Pass<'_>,
     render: &ClusterRender<'_>,
-    host: &mut KubeHost<'_>,
     observed: Vec<ObservedNode>,
+    mut memory: RollMemory,
     seen: &Seen,
-) -> Result<Planned, Halt> {
+) -> Planned {
     let (ctx, cluster) = (pass.ctx, pass.cluster);
     let desired = {
         let fleet = ctx.fleet.read().unwrap_or_else(|p| p.into_inner());
         desired_shape(cluster, render, &fleet)
     };
-    let mut memory = memory_of(&pass.stored.status);
     let lost_joins = &ctx.memory.lost_joins;
     let lost = lost_joins.count(&pass.key, &desired, &observed);
     (memory.lost_joins, memory.removed_joins) = (lost.failed, lost.removed);
-    allow_more_failovers(pass, host, &mut memory).await?;
     let step = {
         let planned = crate::roll::plan(&desired, &observed, &memory);
         let fleet = ctx.fleet.read().unwrap_or_else(|p| p.into_inner());
@@ -83,7 +73,7 @@ pub async fn plan(
     let platform = &render.effective.acl;
     let platform: Vec<AclUser> = platform.iter().map(|u| seen.issued.applied_to(u)).collect();
     let (users, unbuilt) = desired_acl(&ctx.fleet, &platform, cluster, &seen.passwords, system);
-    Ok(Planned {
+    Planned {
         observed,
         desired,
         memory,
@@ -91,7 +81,7 @@ pub async fn plan(
         rollout,
         users,
         unbuilt,
-    })
+    }
 }
 
 /// The shape the spec asks for, with a person's switchover request and who fails a roll's
@@ -131,36 +121,6 @@ fn switchover_request(cluster: &ValkeyCluster) -> Option<Switchover> {
             None
         }
     }
-}
-
-/// Acts once on a person's [`RETRY_FAILOVERS`] annotation naming this roll's revision: every
-/// shard that spent its failover attempts gets them again (saved first, under the roll memory's
-/// precondition), then the annotation is removed, so it never acts twice.
-async fn allow_more_failovers(
-    pass: &Pass<'_>,
-    host: &mut KubeHost<'_>,
-    memory: &mut RollMemory,
-) -> Result<(), Error> {
-    let (ctx, cluster) = (pass.ctx, pass.cluster);
-    let Some(asked) = cluster.annotations().get(RETRY_FAILOVERS) else {
-        return Ok(());
-    };
-    if asked == &memory.revision {
-        let shards = memory.allow_more_attempts();
-        host.save_memory(memory).await?;
-        let event = ClusterEvent::FailoversAllowed { shards };
-        publish(&ctx.recorder, cluster, &event).await;
-    }
-    // Removed also when it names another roll: it could never act, and must not later.
-    let api: Api<ValkeyCluster> = Api::namespaced(ctx.client.clone(), &pass.namespace);
-    let patch = json!({"metadata": {"annotations": {RETRY_FAILOVERS: null}}});
-    let params = PatchParams::default();
-    let written = api
-        .patch(&pass.key.name, &params, &Patch::Merge(&patch))
-        .await?;
-    host.cluster_written(written.metadata.resource_version.clone());
-    ctx.memory.cluster_cache.wrote(&pass.key, written);
-    Ok(())
 }
 
 /// The cluster's users as `ACL SETUSER` rules: the platform's (its config's `acl`), then its

@@ -1,10 +1,10 @@
-//! Step 2 of a pass, observe: everything a pass reads from the API server, in one place. The
+//! Step 2 of a pass, read: what a pass reads from the API server and writes nothing for. The
 //! cluster's status as stored (its roll memory and conditions; from the watch only once it
 //! shows the operator's last write, since the roll memory decides whether a shard may fail
 //! over; read when the pass begins), its TLS trust, its ValkeyNodes and their Pods (from the
-//! controller's cache once it holds the operator's own writes to them), its credentials Secret
-//! and its users' password hashes; and the members the executor works with, mapped from those
-//! objects.
+//! controller's cache once it holds the operator's own writes to them) and its users' password
+//! hashes; and the members the executor works with, mapped from those objects. The Secrets the
+//! operator owns are step 3's ([`crate::controller::pass::keep`]).
 
 use std::collections::BTreeSet;
 
@@ -15,41 +15,28 @@ use kube::{Api, ResourceExt};
 use crate::access;
 use crate::api::ClusterKey;
 use crate::api::{ValkeyCluster, ValkeyClusterStatus, ValkeyNode, labels};
-use crate::controller::build::render::ClusterRender;
 use crate::controller::build::status::Reason;
 use crate::controller::context::Context;
 use crate::controller::error::Error;
-use crate::controller::events::{ClusterEvent, publish};
-use crate::controller::lead::fence;
-use crate::controller::memory::credentials::Read;
-use crate::controller::pass::issued::IssuedHashes;
+use crate::controller::pass::secrets;
 use crate::controller::pass::secrets::PasswordHashes;
 use crate::controller::pass::{Halt, Pass};
-use crate::controller::pass::{credentials, issued, secrets};
 use crate::controller::view::{ClusterNodes, PodView};
-use crate::credentials::secret_name;
 use crate::valkey::Reach;
 
 /// What step 2 read, but the nodes (the host takes those).
-pub struct Seen {
-    /// How the operator reaches the nodes: the TLS trust, its logins, the leadership fence.
+pub struct Reads {
+    /// How the operator reaches the nodes: the TLS trust (the logins come in step 3).
     pub reach: Reach,
     /// The versions of the TLS Secrets the nodes mount, for reloads.
     pub certificate: Option<String>,
-    /// The credentials as the Secret holds them, and whether a rotation was asked for.
-    pub login: Read,
     /// The users' passwords, hashed at once.
     pub passwords: PasswordHashes,
-    /// The hashes of the passwords issued to the config's users for this cluster.
-    pub issued: IssuedHashes,
 }
 
-/// Reads the cluster's TLS trust, nodes and Pods, credentials and users' passwords; a TLS CA
-/// that cannot be read or a credentials Secret that cannot be used stops the pass.
-pub async fn read(
-    pass: &Pass<'_>,
-    render: &ClusterRender<'_>,
-) -> Result<(ClusterNodes, Seen), Halt> {
+/// Reads the cluster's TLS trust, nodes and Pods, and users' passwords; a TLS CA that cannot
+/// be read stops the pass.
+pub async fn read(pass: &Pass<'_>) -> Result<(ClusterNodes, Reads), Halt> {
     let (ctx, cluster, namespace) = (pass.ctx, pass.cluster, &pass.namespace);
     let nodes = read_nodes(ctx, cluster).await?;
     let mounted: BTreeSet<&str> = nodes
@@ -80,38 +67,13 @@ pub async fn read(
                 .filter_map(|(pod, view)| Some((view.ip.as_deref()?, pod.as_str()))),
         );
     }
-    let secret = secret_name(&pass.key.name);
-    let started_with_it = nodes.pods.values().any(|pod| pod.mounts(&secret));
-    let login = match credentials::ensure(ctx, render, namespace, started_with_it).await {
-        Ok(login) => login,
-        Err(error @ (Error::NotOurs { .. } | Error::Credentials { .. })) => {
-            let problem = error.to_string();
-            if matches!(error, Error::NotOurs { .. }) {
-                let event = ClusterEvent::NameConflict {
-                    problem: problem.clone(),
-                };
-                publish(&ctx.recorder, cluster, &event).await;
-            }
-            let reason = Reason::CredentialsUnusable;
-            return Err(Halt::Waiting {
-                reason,
-                message: problem,
-            });
-        }
-        Err(error) => return Err(error.into()),
-    };
-    reach.credentials = login.credentials.logins();
-    reach.fence = Some(fence::valkey_fence(&ctx.leadership));
     let passwords = secrets::read_password_hashes(&ctx.client, namespace, cluster).await;
-    let issued = issued::ensure(ctx, render, namespace).await?;
-    let seen = Seen {
+    let reads = Reads {
         reach,
         certificate,
-        login,
         passwords,
-        issued,
     };
-    Ok((nodes, seen))
+    Ok((nodes, reads))
 }
 
 /// The cluster's status as stored, with the version it was read at.

@@ -1,4 +1,4 @@
-//! Step 7 of a pass, update status: the status computed from what the pass found (see
+//! Step 9 of a pass, update status: the status computed from what the pass found (see
 //! [`crate::controller::build::status`], pure), the events of what changed in it, one server-side apply
 //! (none when it says what the pass read), then the requeue by cause. A pass stopped early by a
 //! [`Halt`] writes here too: `Degraded` with why.
@@ -23,9 +23,9 @@ use crate::controller::context::Context;
 use crate::controller::error::Error;
 use crate::controller::events::{ClusterEvent, publish};
 use crate::controller::host::KubeHost;
+use crate::controller::pass::keep::Seen;
 use crate::controller::pass::live::Lived;
 use crate::controller::pass::plan::Planned;
-use crate::controller::pass::read::Seen;
 use crate::controller::pass::{Halt, Pass};
 use crate::execute::Outcome;
 use crate::roll::rollout_waits::WaitFor;
