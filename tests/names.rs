@@ -281,6 +281,7 @@ fn conditions() -> (BTreeSet<&'static str>, BTreeSet<&'static str>) {
         R::CredentialsUnusable,
         R::StrangerAtAddress,
         R::LoginRefused,
+        R::CertificateRefused,
         R::NamespacePolicy,
     ];
     for reason in reasons {
@@ -305,6 +306,7 @@ fn conditions() -> (BTreeSet<&'static str>, BTreeSet<&'static str>) {
             | R::CredentialsUnusable
             | R::StrangerAtAddress
             | R::LoginRefused
+            | R::CertificateRefused
             | R::NamespacePolicy => {}
         }
     }

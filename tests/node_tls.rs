@@ -4,7 +4,8 @@
 //! and signed by a test CA: the operator's client talks to the node through it when it trusts
 //! that CA and the certificate covers the node's per-Pod name, and refuses a certificate that
 //! names only the Service, another cluster's names, another CA, or a CA file with no
-//! certificate.
+//! certificate. A node whose certificate has expired is not silent: the operator says its
+//! certificate is not trusted, observes it as untrusted (never taken for dead), and says why.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,8 +18,11 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
 use valkey_operator::cli::certs::write_dev_certificates;
-use valkey_operator::valkey::NodeClient;
+use valkey_operator::execute::Member;
+use valkey_operator::execute::observe::observe;
+use valkey_operator::roll::Lifecycle;
 use valkey_operator::valkey::tls::{ClusterNames, TlsTrust, TlsTrustError};
+use valkey_operator::valkey::{NodeAddress, NodeClient, Reach};
 
 const CALL: Duration = Duration::from_secs(2);
 
@@ -153,4 +157,78 @@ async fn the_operator_reaches_a_node_over_tls_checking_the_ca_and_the_name() {
         TlsTrust::new(b"not a certificate", names),
         Err(TlsTrustError::NoCertificate)
     ));
+}
+
+/// A CA and a certificate it signed for `names` (the Service and its wildcard) that expired in
+/// 2021: (CA PEM, certificate PEM, key PEM).
+fn expired_certificate(names: &ClusterNames) -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let mut leaf =
+        CertificateParams::new(vec![names.service().to_owned(), names.wildcard()]).unwrap();
+    leaf.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    leaf.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf_pem = leaf.signed_by(&leaf_key, &issuer).unwrap().pem();
+    (ca_pem, leaf_pem, leaf_key.serialize_pem())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_certificate_is_said_so_and_is_not_silence() {
+    let runtime = LocalRuntime::new(53).unwrap();
+    let spec = NodeSpec {
+        name: "expired-0".into(),
+        shard: 0,
+        revision: OLD.into(),
+    };
+    let node = runtime.start_node(&spec).await.unwrap().to_string();
+    let names = ClusterNames::new("orders", "team-a", "cluster.local");
+    let (ca, cert, key) = expired_certificate(&names);
+    let proxy = tls_proxy(cert.as_bytes(), key.as_bytes(), node).await;
+    let mut trust = TlsTrust::new(ca.as_bytes(), names).unwrap();
+    trust.know_pods([("127.0.0.1", "orders-0-1eda6")]);
+
+    let error = NodeClient::connect_tls(&proxy, CALL, &trust, None)
+        .await
+        .err()
+        .expect("an expired certificate was accepted");
+    assert!(error.is_certificate_refusal(), "{error}");
+    assert!(!error.is_silence(), "taken for silence: {error}");
+    assert!(error.to_string().contains("expired"), "{error}");
+
+    // Observed as the controller observes it: untrusted and unreadable, never silent.
+    let address: std::net::SocketAddr = proxy.parse().unwrap();
+    let member = Member {
+        name: "orders-0-1eda6".into(),
+        shard: 0,
+        revision: OLD.into(),
+        lifecycle: Lifecycle::Active,
+        join_overdue: false,
+        address: Some(NodeAddress::new(address.ip(), address.port())),
+        id: None,
+        closed: false,
+        replica_of: None,
+        handover_requested: false,
+        terminated: false,
+        removed: false,
+        leaving: false,
+    };
+    let reach = Reach {
+        tls: Some(trust),
+        ..Reach::plain(CALL)
+    };
+    let observed = observe(&[member], &reach).await;
+    assert!(
+        observed[0].untrusted && observed[0].unreadable && !observed[0].reachable,
+        "{:?}",
+        observed[0]
+    );
 }

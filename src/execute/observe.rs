@@ -36,6 +36,8 @@ enum Unheard {
     LockedOut,
     /// The member let the operator in, then answered what it cannot read.
     Unreadable,
+    /// The member's TLS certificate failed the operator's check.
+    Untrusted,
 }
 
 /// Why a member that let the operator in gave no report: it stopped answering, or it answered
@@ -55,6 +57,9 @@ async fn report(expected: Expected<'_>, reach: &Reach) -> Result<NodeReport, Unh
     let client = NodeClient::open(&expected, reach).await.map_err(|error| {
         if error.is_stranger() {
             Unheard::Stranger
+        } else if error.is_certificate_refusal() {
+            tracing::warn!(%error, "a node's certificate is not trusted");
+            Unheard::Untrusted
         } else if error.is_auth_refusal() {
             Unheard::LockedOut
         } else {
@@ -118,7 +123,11 @@ pub async fn observe(members: &[Member], reach: &Reach) -> Vec<ObservedNode> {
             None => ObservedNode {
                 stranger: unheard.get(member.name.as_str()) == Some(&Unheard::Stranger),
                 locked_out: unheard.get(member.name.as_str()) == Some(&Unheard::LockedOut),
-                unreadable: unheard.get(member.name.as_str()) == Some(&Unheard::Unreadable),
+                unreadable: matches!(
+                    unheard.get(member.name.as_str()),
+                    Some(Unheard::Unreadable | Unheard::Untrusted)
+                ),
+                untrusted: unheard.get(member.name.as_str()) == Some(&Unheard::Untrusted),
                 ..unanswered(member, &view)
             },
         })
@@ -230,6 +239,7 @@ fn unheard(member: &Member) -> ObservedNode {
         stranger: false,
         locked_out: false,
         unreadable: false,
+        untrusted: false,
         handover_requested: member.handover_requested,
         terminated: member.terminated,
         removed: member.removed,

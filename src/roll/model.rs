@@ -162,6 +162,10 @@ pub struct ObservedNode {
     /// It let the operator in, then answered in a way the operator cannot read (an unexpected
     /// reply, a refused command): unreachable, but not silent, so never taken for dead.
     pub unreadable: bool,
+    /// Its TLS certificate fails the operator's check (expired, not from the cluster's CA, not
+    /// naming it): it answered, so it is [`ObservedNode::unreadable`] too (never taken for
+    /// dead), and the status says what to renew.
+    pub untrusted: bool,
     /// Its Pod is about to go (an Eviction was deferred): as a primary it hands its shard to a
     /// replica first, so clients see a planned failover instead of Valkey's detection, and it
     /// counts as outdated, so a replacement joins before it is retired.
@@ -221,6 +225,7 @@ impl ObservedNode {
             stranger: false,
             locked_out: false,
             unreadable: false,
+            untrusted: false,
             handover_requested: false,
             terminated: false,
             removed: false,

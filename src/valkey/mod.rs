@@ -76,6 +76,10 @@ pub enum EngineError {
         command: String,
         limit: usize,
     },
+    /// The node's TLS certificate failed the operator's check (expired, not from the cluster's
+    /// CA, not naming the node): it answered, so this is not silence.
+    #[error("{node}: connect (TLS): its certificate is not trusted: {problem}")]
+    Certificate { node: String, problem: String },
     /// Not the node the operator means answers at its address (see [`identity`]).
     #[error("{node}: a stranger answers there: expected {expected}, found {found}")]
     Stranger {
@@ -120,8 +124,14 @@ impl EngineError {
             EngineError::MigrationFailed { .. } => "migration",
             EngineError::Stranger { .. } => "stranger",
             EngineError::TooLarge { .. } => "too_large",
+            EngineError::Certificate { .. } => "certificate",
             EngineError::Fenced { .. } => "fenced",
         }
+    }
+
+    /// The node's TLS certificate failed the operator's check.
+    pub fn is_certificate_refusal(&self) -> bool {
+        matches!(self, EngineError::Certificate { .. })
     }
 
     /// Something other than the node meant answered at its address.
@@ -146,6 +156,12 @@ impl EngineError {
 }
 
 pub type Result<T> = std::result::Result<T, EngineError>;
+
+/// Why the node's certificate failed the check, when that is why a TLS handshake failed.
+fn untrusted_certificate(error: &std::io::Error) -> Option<String> {
+    let refused = error.get_ref()?.downcast_ref::<rustls::Error>()?;
+    matches!(refused, rustls::Error::InvalidCertificate(_)).then(|| refused.to_string())
+}
 
 /// How the operator reaches one cluster's nodes: the bound on connecting and on each call, TLS
 /// when the cluster serves it, and the logins it tries in order (during a rotation of its
@@ -332,7 +348,13 @@ impl NodeClient {
                 command: "connect (TLS)".to_owned(),
                 after: call_timeout,
             })?
-            .map_err(|error| failed(error.into()))?;
+            .map_err(|error| match untrusted_certificate(&error) {
+                Some(problem) => EngineError::Certificate {
+                    node: addr.to_owned(),
+                    problem,
+                },
+                None => failed(error.into()),
+            })?;
         let (stream, overflow) = bounded::Bounded::new(stream, REPLY_LIMIT);
         let (conn, driver) =
             MultiplexedConnection::new_with_config(&handshake(credentials), stream, config)

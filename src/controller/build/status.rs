@@ -72,6 +72,9 @@ pub enum Reason {
     StrangerAtAddress,
     /// Nodes refuse the operator's login: nothing can be done on them.
     LoginRefused,
+    /// Nodes present a TLS certificate that fails the operator's check (expired, say): nothing
+    /// can be done on them, and they are not taken for dead.
+    CertificateRefused,
     /// A cluster not started yet is past a ValkeyNamespacePolicy of its namespace: nothing is
     /// created.
     NamespacePolicy,
@@ -112,6 +115,7 @@ impl Reason {
             Reason::CredentialsUnusable => "CredentialsUnusable",
             Reason::StrangerAtAddress => "StrangerAtAddress",
             Reason::LoginRefused => "LoginRefused",
+            Reason::CertificateRefused => "CertificateRefused",
             Reason::NamespacePolicy => "NamespacePolicy",
         }
     }
@@ -434,12 +438,23 @@ fn verdicts(pass: &PassReport, all_served: bool) -> [Verdict; 3] {
         .filter(|o| o.locked_out)
         .map(|o| o.name.as_str())
         .collect();
+    let untrusted: Vec<&str> = (pass.observed.iter())
+        .filter(|o| o.untrusted)
+        .map(|o| o.name.as_str())
+        .collect();
     let degraded = match (pass.step, &pass.failure) {
         _ if !locked_out.is_empty() => degraded(
             Reason::LoginRefused,
             format!(
                 "{} refuse the operator's login: its credentials Secret (<cluster>-credentials) or the nodes' users were changed by hand; restore the Secret from a backup, or rotate from the passwords the nodes still have",
                 first_of(&locked_out, 5)
+            ),
+        ),
+        _ if !untrusted.is_empty() => degraded(
+            Reason::CertificateRefused,
+            format!(
+                "{} present a TLS certificate that fails the operator's check (expired, not from the cluster's CA, or not naming the node; the operator's log says which): clients checking it fail too. Renew the certificate in the cluster's TLS Secret (the nodes reload it without a restart); meanwhile nothing is done on them and they are not taken for dead",
+                first_of(&untrusted, 5)
             ),
         ),
         (Step::Stalled { .. }, _) => degraded(Reason::RollStalled, pass.step.headline()),

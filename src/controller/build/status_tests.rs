@@ -506,3 +506,36 @@ fn the_message_says_what_needs_a_person_and_goes_when_it_is_resolved() {
     set_condition(&mut conditions, applied, Some(1), at(4));
     assert_eq!(needs_a_person(&conditions), None);
 }
+
+#[test]
+fn nodes_whose_certificate_is_not_trusted_are_degraded_for_that_cause_and_the_gate_word_is_kept() {
+    let mut untrusted = node("c-1", 1, "r1", (8192, 16383));
+    (
+        untrusted.reachable,
+        untrusted.unreadable,
+        untrusted.untrusted,
+    ) = (false, true, true);
+    let observed = [node("c-0", 0, "r1", (0, 8191)), untrusted];
+    let pass = PassReport {
+        generation: Some(1),
+        shards: 2,
+        nodes: &[],
+        observed: &observed,
+        desired: &desired("r1"),
+        step: &Step::Converged,
+        failure: None,
+        rollout: Some(RolloutProgress::UpToDate),
+    };
+    let status = summarize(&ValkeyClusterStatus::default(), &pass, at(10));
+    let degraded = condition(&status, ConditionType::Degraded);
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "CertificateRefused")
+    );
+    assert!(
+        degraded
+            .message
+            .starts_with("c-1 present a TLS certificate")
+    );
+    assert_eq!(status.rollout, Some(RolloutProgress::UpToDate));
+}
