@@ -30,6 +30,33 @@ fn cluster_yaml(name: &str, spec: &str) -> String {
     )
 }
 
+/// Takes the admission webhooks out of the way, as a person with the rights could (or as a
+/// failure policy of `Ignore` does while the operator is down); returns their configuration,
+/// to apply again.
+fn webhooks_off(product: &Product) -> Value {
+    let mut webhooks = get_json(
+        &product.plane,
+        &[
+            "get",
+            "validatingwebhookconfiguration",
+            RELEASE,
+            "-o",
+            "json",
+        ],
+    );
+    for field in [
+        "resourceVersion",
+        "uid",
+        "creationTimestamp",
+        "managedFields",
+        "generation",
+    ] {
+        webhooks["metadata"].as_object_mut().unwrap().remove(field);
+    }
+    product.kubectl(&["delete", "validatingwebhookconfiguration", RELEASE]);
+    webhooks
+}
+
 /// Applies `yaml`, which must be refused with every `expected` text in the answer.
 fn refused(product: &Product, yaml: &str, expected: &[&str]) -> String {
     let (ok, output) = product.try_kubectl(&["apply", "-f", "-"], Some(yaml));
@@ -106,26 +133,7 @@ async fn hostile_specs_are_refused_and_cost_the_operator_nothing() {
 
     // The controller, with the webhooks out of the way (a spec that slipped through): it
     // says so and creates nothing.
-    let mut webhooks = get_json(
-        &product.plane,
-        &[
-            "get",
-            "validatingwebhookconfiguration",
-            RELEASE,
-            "-o",
-            "json",
-        ],
-    );
-    for field in [
-        "resourceVersion",
-        "uid",
-        "creationTimestamp",
-        "managedFields",
-        "generation",
-    ] {
-        webhooks["metadata"].as_object_mut().unwrap().remove(field);
-    }
-    product.kubectl(&["delete", "validatingwebhookconfiguration", RELEASE]);
+    let webhooks = webhooks_off(&product);
     product.apply(&cluster_yaml(
         "slipped",
         "{configRef: standard, shards: 1, replicasPerShard: 0, placement: {nodeSelector: {pool: '-x'}}}",
@@ -649,26 +657,7 @@ async fn a_namespace_policy_is_held_by_admission_and_by_the_controller() {
     assert!(said.contains("metadata.name: ValkeyNamespacePolicy tenant-limits allows at most 2 ValkeyClusters in namespace tenant, which has 2 already"), "{said}");
 
     // The controller, with the webhooks out of the way: a cluster past the policy is not created.
-    let mut webhooks = get_json(
-        &product.plane,
-        &[
-            "get",
-            "validatingwebhookconfiguration",
-            RELEASE,
-            "-o",
-            "json",
-        ],
-    );
-    for field in [
-        "resourceVersion",
-        "uid",
-        "creationTimestamp",
-        "managedFields",
-        "generation",
-    ] {
-        webhooks["metadata"].as_object_mut().unwrap().remove(field);
-    }
-    product.kubectl(&["delete", "validatingwebhookconfiguration", RELEASE]);
+    let webhooks = webhooks_off(&product);
     // Creation times have a second's resolution, and within one second the name decides which
     // cluster came first: let carts be plainly the newest.
     tokio::time::sleep(Duration::from_millis(1100)).await;
@@ -747,4 +736,105 @@ async fn a_namespace_policy_is_held_by_admission_and_by_the_controller() {
     );
     let message = &product.cluster("tenant", "carts")["status"]["message"];
     assert!(message.is_null(), "the message stays: {message}");
+}
+
+const NODE_CAP: &str = r#"
+apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyNamespacePolicy
+metadata: {name: tenant-nodes}
+spec: {namespaces: [tenant], maxNodes: 3}
+"#;
+
+/// Admission judges each change alone: with it off (or two changes admitted at once), two
+/// clusters growing together could take a namespace past its cap. The controller grants a
+/// running cluster's growth again, counting the other clusters at their specs: of two clusters
+/// asking at once, the one it sees first grows, the other waits (the namespace never runs more
+/// than its cap), and grows once the first gives its growth up.
+#[tokio::test]
+async fn of_two_clusters_growing_at_once_past_a_policy_one_waits_until_the_other_gives_up() {
+    let product = Product::start(None, &[]).await;
+    product.apply(IMAGES);
+    product.apply(&CONFIG);
+    product.apply(NODE_CAP);
+    let clusters = [("tenant", "first"), ("tenant", "second")];
+    for (_, name) in clusters {
+        product.apply(&cluster_yaml(
+            name,
+            "{configRef: standard, shards: 1, replicasPerShard: 0}",
+        ));
+    }
+    product
+        .wait_converged(&clusters, "9.0.0", Duration::from_secs(120))
+        .await;
+    let webhooks = webhooks_off(&product);
+    let replicas = |name: &str, count: u32| {
+        product.patch(
+            &format!("valkeycluster/{name}"),
+            Some("tenant"),
+            &format!(r#"{{"spec": {{"replicasPerShard": {count}}}}}"#),
+        );
+    };
+    // Each alone fits (2 + 1 nodes of 3); both together do not (2 + 2).
+    replicas("first", 1);
+    replicas("second", 1);
+    let nodes = || {
+        let listed = product.kubectl(&["get", "valkeynodes", "-n", "tenant", "-o", "name"]);
+        listed
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .count()
+    };
+    let held = |name: &str| {
+        let cluster = product.cluster("tenant", name);
+        condition_field(&cluster, "Degraded", "reason").as_deref() == Some("NamespacePolicy")
+    };
+    let grown = |name: &str| {
+        let cluster = product.cluster("tenant", name);
+        cluster["status"]["granted"]["replicasPerShard"] == 1
+    };
+    let (winner, waiter) = eventually("one grown, one held", Duration::from_secs(60), async || {
+        let count = nodes();
+        assert!(count <= 3, "{count} nodes in a namespace capped at 3");
+        match (
+            grown("first"),
+            grown("second"),
+            held("first"),
+            held("second"),
+        ) {
+            (true, true, _, _) => panic!("both grew past the cap"),
+            (true, false, false, true) if count == 3 => Some(("first", "second")),
+            (false, true, true, false) if count == 3 => Some(("second", "first")),
+            _ => None,
+        }
+    })
+    .await;
+    let message = product.cluster("tenant", waiter)["status"]["message"].clone();
+    assert!(
+        message
+            .as_str()
+            .is_some_and(|m| m.contains("growth held") && m.contains("tenant-nodes")),
+        "{message}"
+    );
+    // Still held a while later (a held cluster asks again every 10 s).
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(
+        nodes(),
+        3,
+        "the namespace runs past its cap, or lost a node"
+    );
+    assert!(held(waiter) && !grown(waiter), "{waiter} grew past the cap");
+
+    // The winner gives its growth up: the waiter grows.
+    let gave_up = Instant::now();
+    replicas(winner, 0);
+    eventually("the waiter grows", Duration::from_secs(120), async || {
+        let count = nodes();
+        (grown(waiter) && !held(waiter) && !grown(winner) && count == 3).then_some(())
+    })
+    .await;
+    println!(
+        "policy race | {winner} grew, {waiter} held at the cap; {waiter} grew {:.1} s after {winner} gave up",
+        gave_up.elapsed().as_secs_f64()
+    );
+    product.apply(&webhooks.to_string());
 }

@@ -313,6 +313,19 @@ pub struct ValkeyClusterStatus {
     /// last pass: `upToDate`, `rolling`, `queued`, `held`, `stalled` or `stuck`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutProgress>,
+    /// The shape the operator lets the cluster have: its spec's, or, while growing to it would
+    /// take its namespace past a ValkeyNamespacePolicy (counting the other clusters at their
+    /// specs), the shape it had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub granted: Option<GrantedShape>,
+}
+
+/// A cluster's shards and the replicas of each.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantedShape {
+    pub shards: i32,
+    pub replicas_per_shard: i32,
 }
 
 /// The memory of a roll: the revision it rolls towards and the shards that already had their

@@ -15,13 +15,19 @@
 //! An update is judged on what it makes worse, as every admission rule here is: a cluster that
 //! predates a policy (or a tighter one) may still be changed as long as it does not move to a
 //! config the policy forbids, nor grow past a cap.
+//!
+//! Admission judges each change alone, so two changes admitted at once (or any change while
+//! admission was off) could together grow a namespace past a cap. The controller therefore
+//! grants a running cluster's growth again ([`grant`]), counting every other cluster at its
+//! spec: of two clusters growing at once past a cap, one waits (both, if the controller saw
+//! both specs before either grew), rather than both grow.
 
 use std::fmt;
 
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::ClusterKey;
-use crate::api::{ValkeyClusterSpec, ValkeyNamespacePolicySpec};
+use crate::api::{GrantedShape, ValkeyClusterSpec, ValkeyNamespacePolicySpec};
 use crate::fleet::Fleet;
 
 /// What a cluster runs, as a namespace's caps count it.
@@ -34,11 +40,57 @@ pub struct Footprint {
 
 impl Footprint {
     pub fn of(spec: &ValkeyClusterSpec) -> Self {
-        let shards = u32::try_from(spec.shards).unwrap_or(0);
-        let replicas = u32::try_from(spec.replicas_per_shard).unwrap_or(0);
+        Shape::of(spec).footprint()
+    }
+}
+
+/// A cluster's shape: its shards, and the replicas of each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Shape {
+    pub shards: u32,
+    pub replicas_per_shard: u32,
+}
+
+impl From<GrantedShape> for Shape {
+    fn from(granted: GrantedShape) -> Self {
         Self {
-            shards,
-            nodes: shards.saturating_mul(replicas.saturating_add(1)),
+            shards: u32::try_from(granted.shards).unwrap_or(0),
+            replicas_per_shard: u32::try_from(granted.replicas_per_shard).unwrap_or(0),
+        }
+    }
+}
+
+impl From<Shape> for GrantedShape {
+    fn from(shape: Shape) -> Self {
+        Self {
+            shards: i32::try_from(shape.shards).unwrap_or(i32::MAX),
+            replicas_per_shard: i32::try_from(shape.replicas_per_shard).unwrap_or(i32::MAX),
+        }
+    }
+}
+
+impl Shape {
+    pub fn of(spec: &ValkeyClusterSpec) -> Self {
+        Self {
+            shards: u32::try_from(spec.shards).unwrap_or(0),
+            replicas_per_shard: u32::try_from(spec.replicas_per_shard).unwrap_or(0),
+        }
+    }
+
+    pub fn footprint(self) -> Footprint {
+        Footprint {
+            shards: self.shards,
+            nodes: self
+                .shards
+                .saturating_mul(self.replicas_per_shard.saturating_add(1)),
+        }
+    }
+
+    /// Each dimension the smaller of the two: `self` where it shrinks, `other` where it grows.
+    fn at_most(self, other: Shape) -> Shape {
+        Shape {
+            shards: self.shards.min(other.shards),
+            replicas_per_shard: self.replicas_per_shard.min(other.replicas_per_shard),
         }
     }
 }
@@ -131,6 +183,35 @@ pub fn breaches(
     policies
         .flat_map(|(name, policy)| judge(name, policy, &key.namespace, request, usage))
         .collect()
+}
+
+/// The shape running cluster `key` (on `config_ref`) may have now, and why it may not have all
+/// of `wanted`: `wanted` itself when it is no larger than `granted` (what it was let have
+/// before) or when growing to it breaches no policy, counting every other cluster at its spec;
+/// else `granted` where `wanted` grows and `wanted` where it shrinks, with the breaches.
+pub fn grant(
+    fleet: &Fleet,
+    key: &ClusterKey,
+    config_ref: &str,
+    (wanted, granted): (Shape, Shape),
+) -> (Shape, Vec<Breach>) {
+    if wanted.at_most(granted) == wanted {
+        return (wanted, Vec::new());
+    }
+    let request = Request {
+        config_ref,
+        footprint: wanted.footprint(),
+        before: Some(Before {
+            config_ref,
+            footprint: granted.footprint(),
+        }),
+    };
+    let breaches = breaches(fleet, key, &request, Counted::All);
+    if breaches.is_empty() {
+        (wanted, breaches)
+    } else {
+        (wanted.at_most(granted), breaches)
+    }
 }
 
 /// Whether another cluster counts before this one: created earlier, or at the same second with
@@ -239,6 +320,67 @@ mod tests {
             footprint: Footprint { shards, nodes },
             before: None,
         }
+    }
+
+    fn shape(shards: u32, replicas_per_shard: u32) -> Shape {
+        Shape {
+            shards,
+            replicas_per_shard,
+        }
+    }
+
+    /// Namespace team-a under a policy of at most `nodes` nodes, with clusters `(name, shards,
+    /// replicas per shard)` as their specs ask.
+    fn fleet_of(nodes: u32, specs: &[(&str, i32, i32)]) -> Fleet {
+        let mut fleet = Fleet::default();
+        fleet.upsert_policy("limits", policy(&[], None, None, Some(nodes)));
+        for (name, shards, replicas) in specs {
+            let spec = ValkeyClusterSpec::new("standard", *shards, *replicas);
+            let member = Member {
+                footprint: Footprint::of(&spec),
+                created: None,
+            };
+            fleet.set_cluster_member(&ClusterKey::new("team-a", *name), member);
+        }
+        fleet
+    }
+
+    #[test]
+    fn two_clusters_growing_at_once_past_a_cap_both_wait_and_one_grows_once_the_other_gives_up() {
+        // a and b run 1 shard, no replica (2 nodes of 3); both specs now ask for a replica.
+        let fleet = fleet_of(3, &[("a", 1, 1), ("b", 1, 1)]);
+        let (running, wanted) = (shape(1, 0), shape(1, 1));
+        let grant_to = |fleet: &Fleet, name: &str| {
+            grant(
+                fleet,
+                &ClusterKey::new("team-a", name),
+                "standard",
+                (wanted, running),
+            )
+        };
+        for name in ["a", "b"] {
+            let (granted, breaches) = grant_to(&fleet, name);
+            assert_eq!(granted, running, "{name} grew past the cap");
+            assert_eq!(fields(&breaches), ["spec.replicasPerShard"]);
+        }
+        // b's spec is put back: a may grow (2 + 1 nodes).
+        let fleet = fleet_of(3, &[("a", 1, 1), ("b", 1, 0)]);
+        assert_eq!(grant_to(&fleet, "a"), (wanted, vec![]));
+    }
+
+    #[test]
+    fn shrinking_is_always_granted_and_a_held_dimension_keeps_what_it_had() {
+        let fleet = fleet_of(3, &[("a", 1, 0), ("b", 1, 1)]);
+        let key = ClusterKey::new("team-a", "b");
+        assert_eq!(
+            grant(&fleet, &key, "standard", (shape(1, 0), shape(1, 1))),
+            (shape(1, 0), vec![])
+        );
+        // Fewer shards but more replicas, past the cap: the shards shrink, the replicas wait.
+        let fleet = fleet_of(3, &[("a", 1, 0), ("b", 1, 5)]);
+        let (granted, breaches) = grant(&fleet, &key, "standard", (shape(1, 5), shape(2, 0)));
+        assert_eq!(granted, shape(1, 0));
+        assert!(!breaches.is_empty());
     }
 
     fn fields(breaches: &[Breach]) -> Vec<&str> {

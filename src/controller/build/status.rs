@@ -12,10 +12,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::acl::AclError;
 use crate::api::{
-    ClusterNodeStatus, ClusterState, NodeRole, RolloutProgress, ShardStatus, ValkeyClusterStatus,
-    ValkeyNode,
+    ClusterNodeStatus, ClusterState, GrantedShape, NodeRole, RolloutProgress, ShardStatus,
+    ValkeyClusterStatus, ValkeyNode,
 };
 use crate::execute::acl::Refusal;
+use crate::fleet::policy::Breach;
 use crate::metrics::{NodeGauges, RollProgress};
 use crate::roll::slots::SLOT_COUNT;
 use crate::roll::{DesiredShape, Lifecycle, ObservedNode, Role, Step};
@@ -272,6 +273,8 @@ pub struct PassReport<'a> {
     pub failure: Option<String>,
     /// Where the gate put the cluster in its fleet rollout.
     pub rollout: Option<RolloutProgress>,
+    /// The shape the cluster may have now, and the policies that hold its growth back.
+    pub granted: Option<(GrantedShape, &'a [Breach])>,
 }
 
 /// The status after a pass, from the status before it (for `state` and transition times).
@@ -305,6 +308,7 @@ pub fn summarize(
         desired_revision: Some(pass.desired.revision.clone()),
         roll: None,
         rollout: pass.rollout,
+        granted: pass.granted.map(|(shape, _)| shape),
     };
     for verdict in verdicts(pass, all_served) {
         set_condition(
@@ -438,6 +442,16 @@ fn verdicts(pass: &PassReport, all_served: bool) -> [Verdict; 3] {
         .filter(|o| o.locked_out)
         .map(|o| o.name.as_str())
         .collect();
+    let held = pass.granted.and_then(|(shape, breaches)| {
+        (!breaches.is_empty()).then(|| {
+            format!(
+                "growth held at {} shards of {} replicas: {}; it grows once the namespace has room or the policy allows it",
+                shape.shards,
+                shape.replicas_per_shard,
+                first_of(breaches, 3)
+            )
+        })
+    });
     let untrusted: Vec<&str> = (pass.observed.iter())
         .filter(|o| o.untrusted)
         .map(|o| o.name.as_str())
@@ -458,6 +472,7 @@ fn verdicts(pass: &PassReport, all_served: bool) -> [Verdict; 3] {
             ),
         ),
         (Step::Stalled { .. }, _) => degraded(Reason::RollStalled, pass.step.headline()),
+        _ if held.is_some() => degraded(Reason::NamespacePolicy, held.unwrap_or_default()),
         _ if !strangers.is_empty() => {
             degraded(Reason::StrangerAtAddress, stranger_message(&strangers))
         }

@@ -116,6 +116,7 @@ fn a_converged_cluster_serving_every_slot_is_active_ready_and_healthy() {
         step: &Step::Converged,
         failure: None,
         rollout: None,
+        granted: None,
     };
     let status = summarize(&ValkeyClusterStatus::default(), &pass, at(10));
     assert_eq!(status.state, Some(ClusterState::Active));
@@ -158,6 +159,7 @@ fn a_stall_is_degraded_and_an_active_cluster_stays_active_while_slots_are_unserv
         step: &stalled,
         failure: None,
         rollout: None,
+        granted: None,
     };
     let before = ValkeyClusterStatus {
         state: Some(ClusterState::Active),
@@ -194,6 +196,7 @@ fn a_failed_step_says_which_step_and_why() {
         step: &step,
         failure: Some("pods is forbidden".into()),
         rollout: None,
+        granted: None,
     };
     let status = summarize(&ValkeyClusterStatus::default(), &pass, at(10));
     let degraded = condition(&status, ConditionType::Degraded);
@@ -443,6 +446,7 @@ fn creation_reaches_active_when_every_shard_has_its_replicas_and_invalid_recover
             step: &Step::Converged,
             failure: None,
             rollout: None,
+            granted: None,
         };
         let before = ValkeyClusterStatus {
             state: before,
@@ -525,6 +529,7 @@ fn nodes_whose_certificate_is_not_trusted_are_degraded_for_that_cause_and_the_ga
         step: &Step::Converged,
         failure: None,
         rollout: Some(RolloutProgress::UpToDate),
+        granted: None,
     };
     let status = summarize(&ValkeyClusterStatus::default(), &pass, at(10));
     let degraded = condition(&status, ConditionType::Degraded);
@@ -538,4 +543,41 @@ fn nodes_whose_certificate_is_not_trusted_are_degraded_for_that_cause_and_the_ga
             .starts_with("c-1 present a TLS certificate")
     );
     assert_eq!(status.rollout, Some(RolloutProgress::UpToDate));
+}
+
+#[test]
+fn held_growth_is_degraded_naming_the_policy_and_the_granted_shape_is_kept() {
+    let observed = [node("c-0", 0, "r1", (0, 16383))];
+    let breach = Breach {
+        policy: "limits".into(),
+        field: "spec.replicasPerShard",
+        message: "allows at most 3 Valkey nodes in namespace team-a".into(),
+    };
+    let shape = GrantedShape {
+        shards: 1,
+        replicas_per_shard: 0,
+    };
+    let held = [breach];
+    let pass = PassReport {
+        generation: Some(1),
+        shards: 1,
+        nodes: &[],
+        observed: &observed,
+        desired: &desired("r1"),
+        step: &Step::Converged,
+        failure: None,
+        rollout: None,
+        granted: Some((shape, &held)),
+    };
+    let status = summarize(&ValkeyClusterStatus::default(), &pass, at(10));
+    let degraded = condition(&status, ConditionType::Degraded);
+    assert_eq!(degraded.reason, "NamespacePolicy");
+    assert!(
+        degraded
+            .message
+            .starts_with("growth held at 1 shards of 0 replicas: spec.replicasPerShard: ValkeyNamespacePolicy limits"),
+        "{}",
+        degraded.message
+    );
+    assert_eq!(status.granted, Some(shape));
 }

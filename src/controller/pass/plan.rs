@@ -19,6 +19,7 @@ use crate::controller::pass::secrets::PasswordHashes;
 use crate::credentials::SystemUsers;
 use crate::execute::acl::DesiredAcl;
 use crate::fleet::Fleet;
+use crate::fleet::policy::{self, Breach, Shape};
 use crate::roll::{DesiredShape, ObservedNode, PrimaryUpdate, RollMemory, Step, Switchover};
 
 /// What the pass decided, and from what: the nodes as observed, the shape wanted, the roll's
@@ -30,6 +31,8 @@ pub struct Planned {
     pub step: Step,
     /// Where the gate put the cluster in its fleet rollout.
     pub rollout: Option<RolloutProgress>,
+    /// The shape the cluster may have now, and the policies that hold its growth back.
+    pub granted: (Shape, Vec<Breach>),
     pub users: DesiredAcl,
     /// Users of the spec that could not be made into ACL rules, with why.
     pub unbuilt: Vec<AclError>,
@@ -44,9 +47,10 @@ pub fn plan(
     seen: &Seen,
 ) -> Planned {
     let (ctx, cluster) = (pass.ctx, pass.cluster);
-    let desired = {
+    let (desired, granted) = {
         let fleet = ctx.fleet.read().unwrap_or_else(|p| p.into_inner());
-        desired_shape(cluster, render, &fleet)
+        let granted = granted_shape(pass, &fleet);
+        (desired_shape(cluster, render, &fleet, granted.0), granted)
     };
     let lost_joins = &ctx.memory.lost_joins;
     let lost = lost_joins.count(&pass.key, &desired, &observed);
@@ -79,24 +83,38 @@ pub fn plan(
         memory,
         step,
         rollout,
+        granted,
         users,
         unbuilt,
     }
 }
 
-/// The shape the spec asks for, with a person's switchover request and who fails a roll's
-/// primaries over (the rollout group's policy).
+/// The shape the cluster may have now ([`policy::grant`]): what it was let have before, grown
+/// to its spec when no namespace policy is breached. A cluster without a record (one that has
+/// not started, checked whole in step 1; or one from an operator that kept none) gets its spec.
+fn granted_shape(pass: &Pass<'_>, fleet: &Fleet) -> (Shape, Vec<Breach>) {
+    let spec = &pass.cluster.spec;
+    let wanted = Shape::of(spec);
+    match pass.stored.status.granted {
+        Some(before) => policy::grant(fleet, &pass.key, &spec.config_ref, (wanted, before.into())),
+        None => (wanted, Vec::new()),
+    }
+}
+
+/// The `granted` shape, with a person's switchover request and who fails a roll's primaries
+/// over (the rollout group's policy).
 fn desired_shape(
     cluster: &ValkeyCluster,
     render: &ClusterRender<'_>,
     fleet: &Fleet,
+    granted: Shape,
 ) -> DesiredShape {
     let supervised = fleet
         .rollout_group(&render.effective.chain.0)
         .is_some_and(|(_, policy)| policy.primary_update == PrimaryUpdatePolicy::Supervised);
     DesiredShape {
-        shards: u32::try_from(cluster.spec.shards).unwrap_or(1),
-        replicas_per_shard: u32::try_from(cluster.spec.replicas_per_shard).unwrap_or(0),
+        shards: granted.shards.max(1),
+        replicas_per_shard: granted.replicas_per_shard,
         revision: render.revision(),
         switchover: switchover_request(cluster),
         primary_update: if supervised {

@@ -58,6 +58,7 @@ pub async fn update(
         step,
         failure: acted.as_ref().err().map(ToString::to_string),
         rollout: planned.rollout,
+        granted: Some((planned.granted.0.into(), &planned.granted.1)),
     };
     let now = Time(Timestamp::now());
     let mut status = summarize(stored, &report, now.clone());
@@ -67,7 +68,9 @@ pub async fn update(
     let stalled_for = stalled_for(&status.conditions, &now);
     write_status(ctx, cluster, stored, status).await?;
     acted?;
-    if lived.quiet && lived.acl.everywhere && matches!(step, Step::Converged) {
+    // A cluster whose growth is held is never settled: its next full pass asks again.
+    let held = !planned.granted.1.is_empty();
+    if lived.quiet && lived.acl.everywhere && matches!(step, Step::Converged) && !held {
         let (members, reach) = (lived.members, seen.reach.clone());
         let (desired, observed) = (planned.desired.clone(), &planned.observed);
         let settled = &ctx.memory.settled;
@@ -75,8 +78,15 @@ pub async fn update(
     }
     // Only a pass that got this far resets the backoff: one waiting for its config keeps it.
     ctx.memory.backoff.succeeded(&pass.key);
+    if held && matches!(step, Step::Converged) {
+        // No event says another cluster of the namespace shrank: ask again soon.
+        return Ok(Action::requeue(HELD_RECHECK));
+    }
     Ok(requeue_after(step, stalled_for.unwrap_or_default()))
 }
+
+/// How soon a cluster whose growth a namespace policy holds asks again.
+const HELD_RECHECK: Duration = Duration::from_secs(10);
 
 /// The events of what the new status says that the stored one did not: a stranger at a
 /// node's address, a stall.
