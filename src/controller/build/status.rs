@@ -406,6 +406,19 @@ fn shard_statuses(pass: &PassReport) -> Vec<ShardStatus> {
         .collect()
 }
 
+/// What `Degraded` says while a namespace policy holds the cluster's growth, if one does.
+fn held_growth(pass: &PassReport) -> Option<String> {
+    let (shape, breaches) = pass.granted?;
+    (!breaches.is_empty()).then(|| {
+        format!(
+            "growth held at {} shards of {} replicas: {}; it grows once the namespace has room or the policy allows it",
+            shape.shards,
+            shape.replicas_per_shard,
+            first_of(breaches, 3)
+        )
+    })
+}
+
 /// The three conditions after a pass.
 fn verdicts(pass: &PassReport, all_served: bool) -> [Verdict; 3] {
     let ready = Verdict {
@@ -442,16 +455,7 @@ fn verdicts(pass: &PassReport, all_served: bool) -> [Verdict; 3] {
         .filter(|o| o.locked_out)
         .map(|o| o.name.as_str())
         .collect();
-    let held = pass.granted.and_then(|(shape, breaches)| {
-        (!breaches.is_empty()).then(|| {
-            format!(
-                "growth held at {} shards of {} replicas: {}; it grows once the namespace has room or the policy allows it",
-                shape.shards,
-                shape.replicas_per_shard,
-                first_of(breaches, 3)
-            )
-        })
-    });
+    let held = held_growth(pass);
     let untrusted: Vec<&str> = (pass.observed.iter())
         .filter(|o| o.untrusted)
         .map(|o| o.name.as_str())
