@@ -110,6 +110,41 @@ fn selector(match_labels: &Value) -> String {
     pairs.join(",")
 }
 
+/// `kubectl get pod <pod> -w` into a file: the Pod's phase, and its deletion time once it has
+/// one, at every change while the watch runs.
+struct PhaseWatch {
+    child: Child,
+    file: tempfile::NamedTempFile,
+}
+
+impl PhaseWatch {
+    fn start(product: &Product, pod: &str) -> Self {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        let mut command = product.plane.kubectl();
+        let template = r#"jsonpath={.status.phase} {.metadata.deletionTimestamp}{"\n"}"#;
+        command
+            .args(["get", "pod", "-n", NAMESPACE, pod, "-w", "-o", template])
+            .stdout(file.reopen().unwrap())
+            .stderr(Stdio::null());
+        Self {
+            child: command.spawn().unwrap(),
+            file,
+        }
+    }
+
+    /// Each change seen so far, a line each.
+    fn seen(&self) -> String {
+        std::fs::read_to_string(self.file.path()).unwrap_or_default()
+    }
+}
+
+impl Drop for PhaseWatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// `kubectl get valkeynodes -w` into a file: every version of every ValkeyNode while it runs.
 struct NodeWatch {
     child: Child,
@@ -475,17 +510,6 @@ static TWO_SHARDS: LazyLock<String> = LazyLock::new(|| {
         .yaml()
 });
 
-/// A Pod's phase and whether it is being deleted; `None` once it is gone.
-fn phase(product: &Product, pod: &str) -> Option<(String, bool)> {
-    let template = "jsonpath={.status.phase} {.metadata.deletionTimestamp}";
-    let (found, output) =
-        product.try_kubectl(&["get", "pod", "-n", NAMESPACE, pod, "-o", template], None);
-    let mut words = output.split_whitespace();
-    found.then(|| {
-        let phase = words.next().unwrap_or_default().to_string();
-        (phase, words.next().is_some())
-    })
-}
 
 #[tokio::test]
 async fn a_hung_primary_is_killed_by_its_liveness_probe_and_its_shard_taken_over() {
@@ -498,6 +522,7 @@ async fn a_hung_primary_is_killed_by_its_liveness_probe_and_its_shard_taken_over
 
     let watch = ClusterWatch::start(&product, NAMESPACE, "stuck").await;
     let victim = product.primary_of(NAMESPACE, "stuck", 0).await;
+    let phases = PhaseWatch::start(&product, &victim);
     let pid = product.server_pid(NAMESPACE, &victim);
     let hung = Instant::now();
     let stopped = std::process::Command::new("kill")
@@ -509,12 +534,16 @@ async fn a_hung_primary_is_killed_by_its_liveness_probe_and_its_shard_taken_over
     // Killed by the kubelet (its Pod `Failed`, not deleted): three failed probes within about
     // 11 s, then the Pod's 10 s grace. (The operator's own silence bound, 20 s, would instead
     // delete the Pod after taking its shard over.)
+    // Watched, not polled: the operator retires a Pod that failed within a pass or two, often
+    // sooner than a poll comes round.
     eventually(
         "the hung primary killed",
         Duration::from_secs(30),
-        async || match phase(&product, &victim) {
-            Some((phase, false)) if phase == "Failed" => Ok(()),
-            seen => Err(format!("{seen:?}")),
+        async || {
+            let seen = phases.seen();
+            // `Failed` before anyone deleted it: the kubelet's doing, not the operator's.
+            let failed = seen.lines().any(|line| line.trim() == "Failed");
+            failed.then_some(()).ok_or(seen)
         },
     )
     .await;
