@@ -510,7 +510,6 @@ static TWO_SHARDS: LazyLock<String> = LazyLock::new(|| {
         .yaml()
 });
 
-
 #[tokio::test]
 async fn a_hung_primary_is_killed_by_its_liveness_probe_and_its_shard_taken_over() {
     let product = Product::start(None, &[]).await;
