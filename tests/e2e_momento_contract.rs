@@ -110,20 +110,20 @@ fn selector(match_labels: &Value) -> String {
     pairs.join(",")
 }
 
-/// `kubectl get pod <pod> -w` into a file: the Pod's phase, and its deletion time once it has
-/// one, at every change while the watch runs.
-struct PhaseWatch {
+/// `kubectl get … -w` into a file: every change it printed while it ran, however briefly each
+/// state lasted (a poll could miss one).
+struct KubectlWatch {
     child: Child,
     file: tempfile::NamedTempFile,
 }
 
-impl PhaseWatch {
-    fn start(product: &Product, pod: &str) -> Self {
+impl KubectlWatch {
+    fn start(product: &Product, args: &[&str]) -> Self {
         let file = tempfile::NamedTempFile::new().unwrap();
         let mut command = product.plane.kubectl();
-        let template = r#"jsonpath={.status.phase} {.metadata.deletionTimestamp}{"\n"}"#;
         command
-            .args(["get", "pod", "-n", NAMESPACE, pod, "-w", "-o", template])
+            .args(args)
+            .arg("-w")
             .stdout(file.reopen().unwrap())
             .stderr(Stdio::null());
         Self {
@@ -132,48 +132,27 @@ impl PhaseWatch {
         }
     }
 
-    /// Each change seen so far, a line each.
-    fn seen(&self) -> String {
+    /// What the watch printed so far.
+    fn text(&self) -> String {
         std::fs::read_to_string(self.file.path()).unwrap_or_default()
     }
-}
 
-impl Drop for PhaseWatch {
-    fn drop(&mut self) {
+    /// The watch stopped, and every JSON object it printed, in order.
+    fn stop_objects(mut self) -> Vec<Value> {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// `kubectl get valkeynodes -w` into a file: every version of every ValkeyNode while it runs.
-struct NodeWatch {
-    child: Child,
-    file: tempfile::NamedTempFile,
-}
-
-impl NodeWatch {
-    fn start(product: &Product) -> Self {
-        let file = tempfile::NamedTempFile::new().unwrap();
-        let mut command = product.plane.kubectl();
-        command
-            .args(["get", "valkeynodes", "-n", NAMESPACE, "-w", "-o", "json"])
-            .stdout(file.reopen().unwrap())
-            .stderr(Stdio::null());
-        Self {
-            child: command.spawn().unwrap(),
-            file,
-        }
-    }
-
-    /// Every object the watch printed, in order.
-    fn stop(mut self) -> Vec<Value> {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let text = std::fs::read_to_string(self.file.path()).unwrap();
+        let text = self.text();
         serde_json::Deserializer::from_str(&text)
             .into_iter::<Value>()
             .map_while(Result::ok)
             .collect()
+    }
+}
+
+impl Drop for KubectlWatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -275,7 +254,11 @@ async fn momentos_labels_settings_and_status_hold_here() {
         let expected = replica.then_some("replica");
         assert_eq!(join, expected, "a first node: {node}");
     }
-    let watch = NodeWatch::start(&product);
+    // Every version of every ValkeyNode while it runs.
+    let watch = KubectlWatch::start(
+        &product,
+        &["get", "valkeynodes", "-n", NAMESPACE, "-o", "json"],
+    );
     product.patch(
         "valkeycluster/orders",
         Some(NAMESPACE),
@@ -292,7 +275,7 @@ async fn momentos_labels_settings_and_status_hold_here() {
     product
         .wait_converged(&[(NAMESPACE, "orders")], "9.1.2", Duration::from_secs(300))
         .await;
-    let seen = watch.stop();
+    let seen = watch.stop_objects();
     let label = |node: &Value| {
         node["metadata"]["labels"]["valkey.gomomento.com/join-type"]
             .as_str()
@@ -521,7 +504,12 @@ async fn a_hung_primary_is_killed_by_its_liveness_probe_and_its_shard_taken_over
 
     let watch = ClusterWatch::start(&product, NAMESPACE, "stuck").await;
     let victim = product.primary_of(NAMESPACE, "stuck", 0).await;
-    let phases = PhaseWatch::start(&product, &victim);
+    // The Pod's phase, and its deletion time once it has one, at every change.
+    let template = r#"jsonpath={.status.phase} {.metadata.deletionTimestamp}{"\n"}"#;
+    let phases = KubectlWatch::start(
+        &product,
+        &["get", "pod", "-n", NAMESPACE, &victim, "-o", template],
+    );
     let pid = product.server_pid(NAMESPACE, &victim);
     let hung = Instant::now();
     let stopped = std::process::Command::new("kill")
@@ -539,7 +527,7 @@ async fn a_hung_primary_is_killed_by_its_liveness_probe_and_its_shard_taken_over
         "the hung primary killed",
         Duration::from_secs(30),
         async || {
-            let seen = phases.seen();
+            let seen = phases.text();
             // `Failed` before anyone deleted it: the kubelet's doing, not the operator's.
             let failed = seen.lines().any(|line| line.trim() == "Failed");
             failed.then_some(()).ok_or(seen)
