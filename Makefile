@@ -5,16 +5,16 @@ SHELL := /bin/bash
 CACHE ?= $(HOME)/.cache/valkey-operator
 export VALKEY_BIN_ROOT := $(CACHE)/valkey
 
-.PHONY: test test-binaries test-unit lint crds manifests tools valkey-bins k8s-bins prometheus-bins node-packages dev chart-lint plugin
+.PHONY: test test-binaries test-unit lint crds manifests tools valkey-bins k8s-bins prometheus-bins node-packages kube-router-bin dev chart-lint plugin
 
 ## test: every test of the workspace, two at a time, longest first (hack/run-tests.py;
 ## TEST_JOBS=N). The Valkey binaries first (seconds); then the Go-built tools (the control plane,
-## Prometheus) and the node packages are built beside the Rust build, at a lower priority, and
-## every test that needs none of them runs meanwhile; the previous release's operator (for
-## tests/e2e_operator_upgrade.rs) is built in the background. All of it is cached.
+## Prometheus, kube-router) and the node packages are built beside the Rust build, at a lower
+## priority, and every test that needs none of them runs meanwhile; the previous release's
+## operator (for tests/e2e_operator_upgrade.rs) is built in the background. All of it is cached.
 ## (Benchmarks are compiled by `make lint` but not run here: they print figures, they do not test.)
 TEST_TARGETS := --workspace --lib --bins --tests
-E2E_TOOLS := nice -n 10 $(MAKE) --no-print-directory -j4 k8s-bins prometheus-bins node-packages
+E2E_TOOLS := nice -n 10 $(MAKE) --no-print-directory -j4 k8s-bins prometheus-bins node-packages kube-router-bin
 PREVIOUS_OPERATOR := nice -n 19 hack/build-previous-operator.sh $$(cat hack/previous-operator.commit) >/dev/null
 test: valkey-bins
 	hack/run-tests.py --meanwhile '$(E2E_TOOLS)' --background '$(PREVIOUS_OPERATOR)' -- $(TEST_TARGETS)
@@ -53,7 +53,7 @@ manifests: k8s-bins
 	hack/render-manifests.sh > deploy/operator.yaml
 
 ## tools: real parts the tests run against, cached by version.
-tools: valkey-bins k8s-bins prometheus-bins node-packages
+tools: valkey-bins k8s-bins prometheus-bins node-packages kube-router-bin
 
 valkey-bins:
 	hack/fetch-valkey.sh 9.0.0 9.1.2 >/dev/null
@@ -66,6 +66,11 @@ k8s-bins:
 ## node-packages: containerd, runc and the CNI plugins the real test nodes run (Debian's; root).
 node-packages:
 	hack/install-node-packages.sh >/dev/null
+
+## kube-router-bin: kube-router, whose firewall enforces NetworkPolicies on a real test node
+## (tests/e2e_network_policy.rs; built once, ~2 min cold).
+kube-router-bin:
+	hack/build-kube-router.sh >/dev/null
 
 ## prometheus-bins: prometheus and promtool for the metrics and alert tests (built once, ~6 min cold).
 prometheus-bins:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a real test node runs beside the kubelet: containerd, runc and the CNI
-# reference plugins (bridge, host-local, loopback), from Debian's packages; and redis-tools,
+# reference plugins (bridge, host-local, loopback), from Debian's packages; iptables and ipset,
+# which the network plugin's firewall programs (hack/build-kube-router.sh); and redis-tools,
 # whose `redis-cli` the test Valkey images carry as `valkey-cli` (the official images have
 # valkey-cli, which the Pods' liveness probe runs; no valkey-cli build is reachable from the
 # test machines, and the probe's flags, `-s SOCKET PING`, and its exit codes are the same).
@@ -15,12 +16,12 @@
 # Prints the CNI plugin folder on its last line.
 set -euo pipefail
 
-packages=(containerd runc containernetworking-plugins redis-tools)
+packages=(containerd runc containernetworking-plugins iptables ipset redis-tools)
 cni_dir=/usr/lib/cni
 
 installed() {
 	command -v containerd >/dev/null && command -v runc >/dev/null && command -v ctr >/dev/null &&
-		command -v redis-cli >/dev/null &&
+		command -v redis-cli >/dev/null && command -v iptables-restore >/dev/null && command -v ipset >/dev/null &&
 		[[ -x $cni_dir/bridge && -x $cni_dir/host-local && -x $cni_dir/loopback ]]
 }
 

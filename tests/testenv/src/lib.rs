@@ -25,6 +25,7 @@ use std::process::ExitStatus;
 pub use controlplane::{AUDIT_LOG_VAR, ControlPlane, ControlPlaneOptions};
 pub use kubelet::ip::IpLease;
 pub use kubelet::{KubeletOptions, PodProcess, TestKubelet};
+pub use node::firewall::{Firewall, connects_from};
 pub use node::image::ImageSpec;
 pub use node::{NodeOptions, RealNode, nodes_in_zones};
 pub use process::resident_kib;

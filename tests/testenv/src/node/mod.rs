@@ -10,6 +10,7 @@
 //! subnet (two tests never pick the same one), and a cgroup root of its own. Dropping the
 //! node kills every container it ran and removes all of it.
 
+pub mod firewall;
 pub(crate) mod host;
 pub mod image;
 
@@ -96,6 +97,9 @@ impl RealNode {
             .prefix("testenv-node-")
             .tempdir()
             .map_err(Error::io("creating a node folder"))?;
+        tokio::task::spawn_blocking(firewall::clear_unless_running)
+            .await
+            .map_err(|e| Error::Binaries(e.to_string()))??;
         let subnet = host::lease_bridge()?;
         let mut node = RealNode {
             name: options.name.clone(),
