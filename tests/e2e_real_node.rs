@@ -174,31 +174,7 @@ fn pod_in(product: &Product, namespace: &str, name: &str) -> Value {
 
 /// The node a Pod runs on and its container's host pid.
 fn container_of<'a>(product: &'a Product, name: &str) -> (&'a testenv::RealNode, u32) {
-    container_in(product, NAMESPACE, name)
-}
-
-fn container_in<'a>(
-    product: &'a Product,
-    namespace: &str,
-    name: &str,
-) -> (&'a testenv::RealNode, u32) {
-    let pod = pod_in(product, namespace, name);
-    let node_name = pod["spec"]["nodeName"].as_str().unwrap_or_default();
-    let node = product
-        .real_nodes()
-        .iter()
-        .find(|node| node.name() == node_name)
-        .unwrap_or_else(|| panic!("{name} is on no real node: {node_name:?}"));
-    let container = pod["status"]["containerStatuses"][0]["containerID"]
-        .as_str()
-        .unwrap_or_default();
-    let id = container
-        .strip_prefix("containerd://")
-        .unwrap_or_else(|| panic!("{name} is not a containerd container: {container:?}"));
-    let pid = node
-        .task_pid(id)
-        .unwrap_or_else(|| panic!("no running task for {name} ({id})"));
-    (node, pid)
+    product.container(NAMESPACE, name)
 }
 
 /// The uid a process runs as, from `/proc/<pid>/status`.
@@ -529,7 +505,7 @@ async fn the_operator_installed_by_helm_finishes_a_roll_after_its_leading_pod_is
     let replicas = operator_pods(&product);
     assert_eq!(replicas.len(), 2, "{replicas:?}");
     for name in &replicas {
-        let (_, pid) = container_in(&product, OPERATOR_NAMESPACE, name);
+        let (_, pid) = product.container(OPERATOR_NAMESPACE, name);
         assert_eq!(
             uid_of(&pid.to_string()),
             "65532",

@@ -60,6 +60,9 @@ pub struct ProductOptions<'a> {
     /// leader election, its ServiceAccount, webhooks through its Service) on the real nodes,
     /// from an image of this build's binary. Needs `real_nodes`.
     pub operator_in_cluster: bool,
+    /// NetworkPolicies enforced by the network plugin's firewall (kube-router) on the one real
+    /// node (`real_nodes` of one zone); the test waits for the machine's one firewall.
+    pub enforce_network_policies: bool,
 }
 
 impl Default for ProductOptions<'_> {
@@ -72,6 +75,7 @@ impl Default for ProductOptions<'_> {
             operator_binary: None,
             real_nodes: &[],
             operator_in_cluster: false,
+            enforce_network_policies: false,
         }
     }
 }
@@ -90,7 +94,9 @@ pub enum Nodes {
 
 /// The operator, its control plane and its nodes, all stopped when dropped.
 pub struct Product {
-    // Dropped first: the nodes stop their Pods before the API server goes.
+    /// kube-router's firewall when NetworkPolicies are enforced, held until the end.
+    _firewall: Option<testenv::Firewall>,
+    // Dropped early: the nodes stop their Pods before the API server goes.
     pub nodes: Nodes,
     /// The operator process on the host; `None` when it runs in the cluster.
     operator: Option<Operator>,
@@ -121,10 +127,15 @@ impl Product {
             operator_binary,
             real_nodes,
             operator_in_cluster,
+            enforce_network_policies,
         } = options;
         assert!(
             !operator_in_cluster || !real_nodes.is_empty(),
             "an operator in the cluster needs real nodes to run on"
+        );
+        assert!(
+            !enforce_network_policies || real_nodes.len() == 1,
+            "the firewall guards one real node's Pods (testenv::Firewall says why)"
         );
         let (mut plane, helm) = control_plane_with_crds_from(ControlPlaneOptions {
             reachable_from_pods: operator_in_cluster,
@@ -136,8 +147,15 @@ impl Product {
         }
         let binary = operator_binary.map_or_else(crate::operator_binary, Into::into);
         if operator_in_cluster {
-            return Self::start_in_cluster(plane, helm, real_nodes, certified_webhooks, &binary)
-                .await;
+            return Self::start_in_cluster(
+                plane,
+                helm,
+                real_nodes,
+                certified_webhooks,
+                enforce_network_policies,
+                &binary,
+            )
+            .await;
         }
         install(&helm, &[]);
         let identity = ChartIdentity::from_release(&plane);
@@ -163,7 +181,9 @@ impl Product {
             }
             Nodes::Real(started)
         };
+        let firewall = firewall(&plane, &nodes, enforce_network_policies).await;
         Self {
+            _firewall: firewall,
             nodes,
             operator: Some(operator),
             identity,
@@ -179,6 +199,7 @@ impl Product {
         helm: Helm,
         zones: &[&str],
         certified_webhooks: bool,
+        enforce_network_policies: bool,
         binary: &std::path::Path,
     ) -> Self {
         let mut values = vec![
@@ -216,8 +237,10 @@ impl Product {
             options.images.push(image.clone());
             nodes.push(RealNode::start(&plane, options).await.unwrap());
         }
+        let nodes = Nodes::Real(nodes);
         let product = Self {
-            nodes: Nodes::Real(nodes),
+            _firewall: firewall(&plane, &nodes, enforce_network_policies).await,
+            nodes,
             operator: None,
             identity,
             helm,
@@ -301,6 +324,30 @@ impl Product {
             .pod_process(namespace, pod)
             .and_then(|p| p.pid)
             .unwrap_or_else(|| panic!("no running server for Pod {namespace}/{pod}"))
+    }
+
+    /// The real node a Pod runs on and its first container's host pid.
+    pub fn container(&self, namespace: &str, pod: &str) -> (&RealNode, u32) {
+        let json = get_json(
+            &self.plane,
+            &["get", "pod", "-n", namespace, pod, "-o", "json"],
+        );
+        let node_name = json["spec"]["nodeName"].as_str().unwrap_or_default();
+        let node = self
+            .real_nodes()
+            .iter()
+            .find(|node| node.name() == node_name)
+            .unwrap_or_else(|| panic!("{pod} is on no real node: {node_name:?}"));
+        let container = json["status"]["containerStatuses"][0]["containerID"]
+            .as_str()
+            .unwrap_or_default();
+        let id = container
+            .strip_prefix("containerd://")
+            .unwrap_or_else(|| panic!("{pod} is not a containerd container: {container:?}"));
+        let pid = node
+            .task_pid(id)
+            .unwrap_or_else(|| panic!("no running task for {pod} ({id})"));
+        (node, pid)
     }
 
     /// `kubectl ARGS`, which must succeed; stdout and stderr (warnings included).
@@ -592,6 +639,20 @@ impl Product {
             Some(expected as f64),
             "{namespace}/{name}: valkey_operator_failovers_total in\n{text}"
         );
+    }
+}
+
+/// kube-router's firewall for the one real node, when asked for.
+async fn firewall(
+    plane: &ControlPlane,
+    nodes: &Nodes,
+    enforce_network_policies: bool,
+) -> Option<testenv::Firewall> {
+    match nodes {
+        Nodes::Real(nodes) if enforce_network_policies => {
+            Some(testenv::Firewall::start(plane, &nodes[0]).await.unwrap())
+        }
+        _ => None,
     }
 }
 

@@ -1,0 +1,173 @@
+//! The NetworkPolicy the operator writes for each cluster, proven by packets: a real node whose
+//! network plugin enforces NetworkPolicies (kube-router's firewall, `testenv::Firewall`), and
+//! TCP connections made from inside Pods' network namespaces, as a tenant's Pod would make them.
+//!
+//! The policy: the bus port only from the cluster's own Pods; the client port from the cluster's
+//! namespace, the operator and the peers of `spec.network.allowedClients`. The node itself (the
+//! kubelet, and the operator here, which runs on the host) is always let in, as kube-router lets
+//! in traffic from its own node.
+
+use std::net::SocketAddr;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use harness::eventually;
+use harness::k8s::manifest::Manifest;
+use harness::k8s::{IMAGES, Product, ProductOptions};
+use serde_json::Value;
+use valkey_operator::api::labels;
+
+const CLIENT_PORT: u16 = 6379;
+const BUS_PORT: u16 = 16379;
+
+/// Two teams: team-a runs `orders` (a primary and its replica) and `cache` beside it; team-b
+/// runs `search`.
+static FLEET: LazyLock<String> = LazyLock::new(|| {
+    Manifest::new()
+        .namespace("team-a")
+        .namespace("team-b")
+        .config("netpol", r#"{imageRef: valkey-9-1-2, valkey: {save: ""}}"#)
+        .cluster(("team-a", "orders"), "netpol", 1, 1)
+        .cluster(("team-a", "cache"), "netpol", 1, 0)
+        .cluster(("team-b", "search"), "netpol", 1, 0)
+        .yaml()
+});
+
+/// A cluster's Pods: (name, address), the primary's first once its role label says so.
+fn pods(product: &Product, namespace: &str, cluster: &str) -> Vec<(String, String)> {
+    let primary = primary_of(product, namespace, cluster);
+    let list = pods_labelled(
+        product,
+        namespace,
+        &format!("{}={cluster}", labels::CLUSTER),
+    );
+    let mut pods: Vec<(bool, String, String)> = list
+        .iter()
+        .map(|pod| {
+            let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+            let address = pod["status"]["podIP"].as_str().unwrap_or_default();
+            (
+                Some(name) != primary.as_deref(),
+                name.into(),
+                address.into(),
+            )
+        })
+        .collect();
+    pods.sort();
+    pods.into_iter()
+        .map(|(_, name, address)| (name, address))
+        .collect()
+}
+
+/// The Pod the operator labels its cluster's primary, if one is.
+fn primary_of(product: &Product, namespace: &str, cluster: &str) -> Option<String> {
+    let selector = format!("{}={cluster},{}=primary", labels::CLUSTER, labels::ROLE);
+    let list = pods_labelled(product, namespace, &selector);
+    match &list[..] {
+        [one] => one["metadata"]["name"].as_str().map(String::from),
+        _ => None,
+    }
+}
+
+fn pods_labelled(product: &Product, namespace: &str, selector: &str) -> Vec<Value> {
+    let list = harness::k8s::chart::get_json(
+        &product.plane,
+        &["get", "pods", "-n", namespace, "-l", selector, "-o", "json"],
+    );
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// Whether Pod `from` (in `namespace`) connects to `address:port`.
+fn reaches(product: &Product, (namespace, from): (&str, &str), address: &str, port: u16) -> bool {
+    let (_, pid) = product.container(namespace, from);
+    let to: SocketAddr = format!("{address}:{port}").parse().unwrap();
+    testenv::connects_from(pid, to, Duration::from_secs(2)).unwrap()
+}
+
+/// Waits until Pod `from` reaches `address:port` (`expected`) or not, as the firewall catches
+/// up with a policy; then says so once more, to show it holds.
+async fn settles(
+    product: &Product,
+    from: (&str, &str),
+    (address, port): (&str, u16),
+    expected: bool,
+) {
+    let what = format!(
+        "{}/{} {} {address}:{port}",
+        from.0,
+        from.1,
+        if expected {
+            "reaches"
+        } else {
+            "does not reach"
+        }
+    );
+    eventually(&what, Duration::from_secs(30), async || {
+        match reaches(product, from, address, port) == expected {
+            true => Ok(()),
+            false => Err("not yet".to_string()),
+        }
+    })
+    .await;
+    assert_eq!(reaches(product, from, address, port), expected, "{what}");
+}
+
+#[tokio::test]
+async fn the_clusters_policy_holds_by_packets_on_a_node_that_enforces_it() {
+    let product = Product::start_with(ProductOptions {
+        real_nodes: &["a"],
+        enforce_network_policies: true,
+        ..Default::default()
+    })
+    .await;
+    product.apply(IMAGES);
+    product.apply(&FLEET);
+    let clusters = [
+        ("team-a", "orders"),
+        ("team-a", "cache"),
+        ("team-b", "search"),
+    ];
+    // Created, joined and Active through the firewall: the members reach each other's bus.
+    product
+        .wait_converged(&clusters, "9.1.2", Duration::from_secs(300))
+        .await;
+    let orders = eventually(
+        "orders' Pods labelled by role",
+        Duration::from_secs(30),
+        async || {
+            let orders = pods(&product, "team-a", "orders");
+            match (&orders[..], primary_of(&product, "team-a", "orders")) {
+                ([(first, _), _], Some(primary)) if *first == primary => Ok(orders),
+                _ => Err(format!("{orders:?}")),
+            }
+        },
+    )
+    .await;
+    let [(_, primary), (replica, _)] = &orders[..] else {
+        panic!("orders should run a primary and a replica: {orders:?}");
+    };
+    let cache = pods(&product, "team-a", "cache")[0].0.clone();
+    let search = pods(&product, "team-b", "search")[0].0.clone();
+    let (team_a, team_b) = ("team-a", "team-b");
+
+    // The cluster's own replica reaches its primary's bus port and client port.
+    settles(&product, (team_a, replica), (primary, BUS_PORT), true).await;
+    settles(&product, (team_a, replica), (primary, CLIENT_PORT), true).await;
+    // A neighbour in the namespace is a client, not a member.
+    settles(&product, (team_a, &cache), (primary, CLIENT_PORT), true).await;
+    settles(&product, (team_a, &cache), (primary, BUS_PORT), false).await;
+    // Another team reaches neither port.
+    settles(&product, (team_b, &search), (primary, CLIENT_PORT), false).await;
+    settles(&product, (team_b, &search), (primary, BUS_PORT), false).await;
+
+    // Once `allowedClients` names team-b, its Pods are clients too; the bus stays the members'.
+    product.patch(
+        "valkeycluster/orders",
+        Some("team-a"),
+        r#"{"spec": {"network": {"allowedClients": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "team-b"}}}
+        ]}}}"#,
+    );
+    settles(&product, (team_b, &search), (primary, CLIENT_PORT), true).await;
+    settles(&product, (team_b, &search), (primary, BUS_PORT), false).await;
+}
