@@ -136,4 +136,11 @@ async fn main() {
         mib(idle),
         mib(peak.load(Ordering::Relaxed))
     );
+    // The operator's log goes with the control plane's temporary folder; keep it to read where
+    // the time went.
+    let kept = std::env::temp_dir().join("valkey-operator-fleet-bench.log");
+    match std::fs::write(&kept, product.operator().log()) {
+        Ok(()) => println!("the operator's log is kept in {}", kept.display()),
+        Err(error) => println!("the operator's log could not be kept: {error}"),
+    }
 }
