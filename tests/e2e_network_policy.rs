@@ -2,16 +2,18 @@
 //! network plugin enforces NetworkPolicies (kube-router's firewall, `testenv::Firewall`), and
 //! TCP connections made from inside Pods' network namespaces, as a tenant's Pod would make them.
 //!
-//! The policy: the bus port only from the cluster's own Pods; the client port from the cluster's
-//! namespace, the operator and the peers of `spec.network.allowedClients`. The node itself (the
-//! kubelet, and the operator here, which runs on the host) is always let in, as kube-router lets
-//! in traffic from its own node.
+//! The cluster's policy: the bus port only from the cluster's own Pods; the client port from the
+//! cluster's namespace, the operator and the peers of `spec.network.allowedClients`. The chart's
+//! policy for the operator: its HTTPS port from `networkPolicy.ingressFrom`, its probes' port
+//! from no Pod. The node itself (the kubelet, the API server, an operator on the host) is always
+//! let in, as kube-router lets in traffic from its own node.
 
 use std::net::SocketAddr;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use harness::eventually;
+use harness::k8s::chart::{CHART, NAMESPACE, RELEASE};
 use harness::k8s::manifest::Manifest;
 use harness::k8s::{IMAGES, Product, ProductOptions};
 use serde_json::Value;
@@ -170,4 +172,84 @@ async fn the_clusters_policy_holds_by_packets_on_a_node_that_enforces_it() {
     );
     settles(&product, (team_b, &search), (primary, CLIENT_PORT), true).await;
     settles(&product, (team_b, &search), (primary, BUS_PORT), false).await;
+}
+
+/// The chart's policy for the operator: its HTTPS port open to anyone by default (where the API
+/// server calls from differs between clusters); narrowed by `networkPolicy.ingressFrom`, a
+/// team's Pod reaches it no more while the API server's webhook calls still do. The probes'
+/// port is never open to a Pod; the kubelet probes from the node.
+#[tokio::test]
+async fn the_operators_port_narrowed_to_the_api_server_refuses_a_teams_pod() {
+    let product = Product::start_with(ProductOptions {
+        real_nodes: &["a"],
+        operator_in_cluster: true,
+        enforce_network_policies: true,
+        ..Default::default()
+    })
+    .await;
+    product.apply(IMAGES);
+    product.apply(
+        &Manifest::new()
+            .namespace("team-a")
+            .config("netpol", r#"{imageRef: valkey-9-1-2, valkey: {save: ""}}"#)
+            .cluster(("team-a", "orders"), "netpol", 1, 0)
+            .yaml(),
+    );
+    product
+        .wait_converged(&[("team-a", "orders")], "9.1.2", Duration::from_secs(300))
+        .await;
+    let team_pod = pods(&product, "team-a", "orders")[0].0.clone();
+    let from = ("team-a", team_pod.as_str());
+    let operator = pods_labelled(&product, NAMESPACE, "app=valkey-operator");
+    let operator = operator[0]["status"]["podIP"].as_str().unwrap().to_string();
+
+    settles(&product, from, (&operator, 8443), true).await;
+    settles(&product, from, (&operator, 8081), false).await;
+
+    let api_server = product
+        .plane
+        .server_url()
+        .trim_start_matches("https://")
+        .rsplit_once(':')
+        .map(|(host, _)| host.to_string())
+        .unwrap();
+    let ingress =
+        format!(r#"networkPolicy.ingressFrom=[{{"ipBlock":{{"cidr":"{api_server}/32"}}}}]"#);
+    let upgraded = product.helm.must(&[
+        "upgrade",
+        RELEASE,
+        CHART,
+        "-n",
+        NAMESPACE,
+        "--reuse-values",
+        "--set-json",
+        &ingress,
+    ]);
+    assert!(upgraded.contains("STATUS: deployed"), "{upgraded}");
+    settles(&product, from, (&operator, 8443), false).await;
+    settles(&product, from, (&operator, 8081), false).await;
+
+    // The webhook still answers the API server: the operator's own refusal, not a timeout.
+    let (accepted, output) = product.try_kubectl(
+        &["apply", "--dry-run=server", "-f", "-"],
+        Some(
+            "apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyImage\n\
+             metadata: {name: valkey-8-1-4}\n\
+             spec: {repository: valkey/valkey, tag: \"8.1.4\", version: \"8.1.4\"}\n",
+        ),
+    );
+    assert!(
+        !accepted && output.contains("below the Valkey 9 floor"),
+        "an 8.1.4 image with the operator's port narrowed:\n{output}"
+    );
+    // And the kubelet's probes still reach both replicas, over a few probe periods.
+    for _ in 0..15 {
+        let ready = harness::k8s::chart::get_json(
+            &product.plane,
+            &["get", "deployment", RELEASE, "-n", NAMESPACE, "-o", "json"],
+        )["status"]["readyReplicas"]
+            .as_u64();
+        assert_eq!(ready, Some(2), "the operator's replicas Ready");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
