@@ -5,19 +5,21 @@ SHELL := /bin/bash
 CACHE ?= $(HOME)/.cache/valkey-operator
 export VALKEY_BIN_ROOT := $(CACHE)/valkey
 
-.PHONY: test test-binaries test-unit lint crds manifests tools valkey-bins k8s-bins prometheus-bins node-packages kube-router-bin dev chart-lint plugin
+.PHONY: test test-binaries test-unit lint crds manifests tools valkey-bins k8s-bins prometheus-bins node-packages kube-router-bin previous-operator dev chart-lint plugin
 
 ## test: every test of the workspace, two at a time, longest first (hack/run-tests.py;
 ## TEST_JOBS=N). The Valkey binaries first (seconds); then the Go-built tools (the control plane,
-## Prometheus, kube-router) and the node packages are built beside the Rust build, at a lower
-## priority, and every test that needs none of them runs meanwhile; the previous release's
-## operator (for tests/e2e_operator_upgrade.rs) is built in the background. All of it is cached.
+## Prometheus) and the node packages are built beside the Rust build, at a lower priority, and
+## every test that needs none of them runs meanwhile; the previous release's operator (for
+## tests/e2e_operator_upgrade.rs) and kube-router (for the tests that enforce NetworkPolicies)
+## are built in the background, at the lowest priority, in the moments the tests leave the CPU
+## idle: a test that needs one before it is done waits for its build's lock. All of it is cached.
 ## (Benchmarks are compiled by `make lint` but not run here: they print figures, they do not test.)
 TEST_TARGETS := --workspace --lib --bins --tests
-E2E_TOOLS := nice -n 10 $(MAKE) --no-print-directory -j4 k8s-bins prometheus-bins node-packages kube-router-bin
-PREVIOUS_OPERATOR := nice -n 19 hack/build-previous-operator.sh $$(cat hack/previous-operator.commit) >/dev/null
+E2E_TOOLS := nice -n 10 $(MAKE) --no-print-directory -j4 k8s-bins prometheus-bins node-packages
+BACKGROUND := nice -n 19 $(MAKE) --no-print-directory -j2 previous-operator kube-router-bin
 test: valkey-bins
-	hack/run-tests.py --meanwhile '$(E2E_TOOLS)' --background '$(PREVIOUS_OPERATOR)' -- $(TEST_TARGETS)
+	hack/run-tests.py --meanwhile '$(E2E_TOOLS)' --background '$(BACKGROUND)' -- $(TEST_TARGETS)
 
 ## test-binaries: compile every test binary without running one.
 test-binaries:
@@ -68,9 +70,14 @@ node-packages:
 	hack/install-node-packages.sh >/dev/null
 
 ## kube-router-bin: kube-router, whose firewall enforces NetworkPolicies on a real test node
-## (tests/e2e_network_policy.rs; built once, ~2 min cold).
+## (tests/e2e_network_policy.rs, tests/e2e_hostile_tenant.rs; built once, ~2 min cold).
 kube-router-bin:
 	hack/build-kube-router.sh >/dev/null
+
+## previous-operator: the operator of hack/previous-operator.commit, which
+## tests/e2e_operator_upgrade.rs upgrades from (a debug build, ~5 min once).
+previous-operator:
+	hack/build-previous-operator.sh $$(cat hack/previous-operator.commit) >/dev/null
 
 ## prometheus-bins: prometheus and promtool for the metrics and alert tests (built once, ~6 min cold).
 prometheus-bins:
