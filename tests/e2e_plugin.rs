@@ -6,7 +6,8 @@
 //! - `plan` of a config file says which clusters roll and which change live, after a server
 //!   dry run that changes nothing;
 //! - `hold` keeps one cluster on 9.0.0 while the rest of its config rolls to 9.1.2, the config
-//!   counts it `held`, and `release` lets it roll;
+//!   counts it `held`, and `release` lets it roll; a hold put on in the middle of a shard stops
+//!   the roll at its next step, and on release it finishes with nothing lost;
 //! - `replace` of a primary's node under a stock cluster client: one failover, nothing lost;
 //! - `pause` and `resume` write the config's annotation; `rotate-credentials` starts a
 //!   rotation;
@@ -490,4 +491,125 @@ async fn a_switchover_a_maintenance_window_and_a_supervised_roll_by_name() {
     );
     // The switchover is the roll's one failover; the roll then finishes.
     switch_over(&product, "9.1.2").await;
+}
+
+/// `(name, shard, version)` of each ValkeyNode of a cluster, sorted.
+fn nodes_of(product: &Product, namespace: &str, cluster: &str) -> Vec<(String, i64, String)> {
+    let selector = format!("valkey.gomomento.com/cluster={cluster}");
+    let nodes = harness::k8s::chart::get_json(
+        &product.plane,
+        &[
+            "get",
+            "valkeynodes",
+            "-n",
+            namespace,
+            "-l",
+            &selector,
+            "-o",
+            "json",
+        ],
+    );
+    let mut nodes: Vec<(String, i64, String)> = nodes["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|node| {
+            (
+                node["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                node["spec"]["shard"].as_i64().unwrap_or(-1),
+                node["spec"]["version"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    nodes.sort();
+    nodes
+}
+
+fn signal(pid: u32, signal: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(sent, "kill {signal} {pid}");
+}
+
+/// A hold put on in the middle of a shard (its first new node joining, its old ones serving):
+/// the roll takes no step more, the cluster serves on mixed versions, and on release it
+/// finishes, nothing lost.
+#[tokio::test]
+async fn a_hold_in_the_middle_of_a_shard_stops_the_roll_at_its_next_step() {
+    const HELD: &str = "plugin-hold";
+    let product = Product::start(None, &[]).await;
+    product.apply(IMAGES);
+    product.apply(
+        &Manifest::new()
+            .namespace(HELD)
+            .config(
+                "midshard",
+                r#"{imageRef: valkey-9-0-0, valkey: {save: ""}}"#,
+            )
+            .cluster((HELD, "orders"), "midshard", 2, 1)
+            .yaml(),
+    );
+    product
+        .wait_converged(&[(HELD, "orders")], "9.0.0", Duration::from_secs(180))
+        .await;
+    let watch = ClusterWatch::start(&product, HELD, "orders").await;
+    product.patch(
+        "valkeyconfig/midshard",
+        None,
+        r#"{"spec": {"imageRef": "valkey-9-1-2"}}"#,
+    );
+    // The first node of the new revision is paused as its server starts, so the hold lands
+    // between its shard's replace and its retire whatever the machine's pace.
+    let (joiner, pid) = eventually(
+        "the first node of 9.1.2 running",
+        Duration::from_secs(60),
+        async || {
+            let nodes = nodes_of(&product, HELD, "orders");
+            let joiner = nodes.iter().find(|(_, _, version)| version == "9.1.2");
+            let (name, ..) = joiner.ok_or_else(|| format!("{nodes:?}"))?;
+            let process = product.kubelet().pod_process(HELD, name);
+            let pid = process.and_then(|p| p.pid).ok_or("no server yet")?;
+            Ok::<_, String>((name.clone(), pid))
+        },
+    )
+    .await;
+    signal(pid, "-STOP");
+    plugin(&product, &["hold", "orders", "-n", HELD]);
+    signal(pid, "-CONT");
+
+    // Whatever step was under way ends; then nothing moves for 10 s.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = nodes_of(&product, HELD, "orders");
+    let shard_of_joiner = held.iter().find(|(name, ..)| *name == joiner).map(|n| n.1);
+    let old_in_its_shard = held
+        .iter()
+        .filter(|(_, shard, version)| Some(*shard) == shard_of_joiner && version == "9.0.0")
+        .count();
+    assert!(
+        old_in_its_shard > 0,
+        "the joiner's shard finished before the hold: {held:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        nodes_of(&product, HELD, "orders"),
+        held,
+        "the roll took a step while held"
+    );
+    let cluster = product.cluster(HELD, "orders");
+    let progressing = condition_field(&cluster, "Progressing", "message").unwrap_or_default();
+    assert!(progressing.contains("rollout-hold"), "{progressing}");
+
+    plugin(&product, &["release", "orders", "-n", HELD]);
+    product
+        .wait_converged(&[(HELD, "orders")], "9.1.2", Duration::from_secs(180))
+        .await;
+    let report = watch.finish(&product).await;
+    report.assert_shards(2, 1, 1);
+    println!(
+        "held mid-shard with {old_in_its_shard} old node(s) in the joiner's shard for 13 s; \
+         {} acknowledged writes, none lost",
+        report.log.acked
+    );
 }
