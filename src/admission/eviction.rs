@@ -1,15 +1,18 @@
 //! The eviction webhook: drains that cause only planned failovers.
 //!
 //! An Eviction (what `kubectl drain`, a cluster upgrade or the autoscaler send) of the Pod of a
-//! ready Valkey node of a cluster with replicas is deferred with `429 Too Many Requests`, the
-//! answer every drain retries, and its ValkeyNode is marked [`HANDOVER_REQUESTED`]: replace it
-//! before it goes, as a roll would. The controller counts a marked node as outdated: a primary
-//! first hands its shard over to a synced replica with Valkey's clean `CLUSTER FAILOVER` (rule
-//! 8 of `crate::roll::rules`), then a replacement joins the shard (on another Node: the drained
-//! one is cordoned) and syncs, and only then is the marked node retired by the operator itself
-//! (rule 9); the drain's next retry finds its Pod gone. So a drain never takes a shard below
-//! its replica count, nor costs it more than one planned failover. Everything else (a Pod that
-//! is not ready, a Pod that is not ours, a cluster without replicas) is left to the budget.
+//! ready Valkey node is deferred with `429 Too Many Requests`, the answer every drain retries,
+//! and its ValkeyNode is marked [`HANDOVER_REQUESTED`]: replace it before it goes, as a roll
+//! would. The controller counts a marked node as outdated: a primary first hands its shard over
+//! to a synced replica with Valkey's clean `CLUSTER FAILOVER` (rule 8 of `crate::roll::rules`),
+//! then a replacement joins the shard (on another Node: the drained one is cordoned) and syncs,
+//! and only then is the marked node retired by the operator itself (rule 9); the drain's next
+//! retry finds its Pod gone. A shard without replicas is moved the way a roll moves it: a
+//! replica joins first (rule 9), the primary hands over to it once it is synced (rule 8), then
+//! the marked node is retired; its budget allows no eviction, so without this a drain would
+//! wait for ever. So a drain never takes a shard below its replica count, nor costs it more
+//! than one planned failover. Everything else (a Pod that is not ready, a Pod that is not
+//! ours) is left to the budget.
 //!
 //! Why a webhook on the Eviction: it is the one place every voluntary disruption passes before
 //! the Pod is touched, and it can say "not yet" in a way drains already understand. A preStop
@@ -128,7 +131,7 @@ fn allow(reason: impl Into<String>) -> Decision {
 }
 
 /// Decides about an Eviction. No I/O. The checks, in order: the Pod is the one a ValkeyNode
-/// owns; the Pod is ready; its cluster keeps replicas; the Eviction is confirmed real; no
+/// owns; the Pod is ready; its cluster exists; the Eviction is confirmed real; no
 /// earlier request for it has been waiting longer than [`GIVE_UP_AFTER`]; no other node of its
 /// shard was asked to hand over within [`HANDOVER_INTERVAL`].
 pub fn decide(facts: &Facts) -> Decision {
@@ -144,9 +147,6 @@ pub fn decide(facts: &Facts) -> Decision {
     let Some(cluster) = facts.cluster else {
         return allow("its ValkeyCluster is gone");
     };
-    if cluster.spec.replicas_per_shard < 1 {
-        return allow("its shard has no replica to hand over to (the budget decides)");
-    }
     if facts.confirmation == Confirmation::Unconfirmed {
         return allow(
             "the eviction cannot be confirmed (no client certificate, and its Node is not being \
@@ -184,7 +184,16 @@ pub fn decide(facts: &Facts) -> Decision {
             ),
         };
     }
-    let message = if node.status.as_ref().and_then(|s| s.role) == Some(NodeRole::Primary) {
+    let primary = node.status.as_ref().and_then(|s| s.role) == Some(NodeRole::Primary);
+    let message = if primary && cluster.spec.replicas_per_shard < 1 {
+        format!(
+            "{name} is the primary of shard {shard} of ValkeyCluster {}, which has no replica: \
+             the valkey-operator is joining one on another Node, handing the shard over to it \
+             once it is synced (a planned failover) and retiring this node; retry the eviction \
+             in a few seconds",
+            cluster.name_any()
+        )
+    } else if primary {
         format!(
             "{name} is the primary of shard {shard} of ValkeyCluster {}: the valkey-operator is \
              handing the shard over to a replica first (a planned failover) and replacing the \

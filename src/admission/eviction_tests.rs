@@ -116,6 +116,17 @@ fn a_ready_primary_with_replicas_is_deferred_for_a_handover() {
 }
 
 #[test]
+fn the_primary_of_a_shard_without_replicas_is_deferred_to_be_moved_first() {
+    let (p, c, n) = (pod(true), cluster(0), node(None));
+    let decision = decide(&facts(&p, Some(&c), Some(&n)));
+    assert!(
+        matches!(&decision, Decision::Defer { message, .. } if message.contains("which has no replica")),
+        "{decision:?}"
+    );
+    assert_eq!(deferred_at(decision), now());
+}
+
+#[test]
 fn a_ready_replica_is_deferred_until_it_is_replaced() {
     let (p, c) = (pod(true), cluster(1));
     let replica = valkey_node("orders-0-a1b2c", NodeRole::Replica, None);
@@ -128,7 +139,7 @@ fn a_ready_replica_is_deferred_until_it_is_replaced() {
 }
 
 #[test]
-fn dead_nodes_strangers_and_clusters_without_replicas_are_left_to_the_budget() {
+fn dead_nodes_and_strangers_are_left_to_the_budget() {
     let (c, n) = (cluster(1), node(None));
     let allowed = |f: Facts| matches!(decide(&f), Decision::Allow { .. });
     assert!(allowed(facts(&pod(false), Some(&c), Some(&n))));
@@ -137,7 +148,6 @@ fn dead_nodes_strangers_and_clusters_without_replicas_are_left_to_the_budget() {
     stranger.metadata.owner_references = None;
     assert!(allowed(facts(&stranger, Some(&c), Some(&n))));
     assert!(allowed(facts(&pod(true), Some(&c), None)));
-    assert!(allowed(facts(&pod(true), Some(&cluster(0)), Some(&n))));
     assert!(allowed(facts(&pod(true), None, Some(&n))));
 }
 

@@ -682,6 +682,44 @@ fn a_node_deleted_by_hand_is_replaced_before_it_goes_and_hands_its_shard_over() 
 }
 
 #[test]
+fn an_evicted_primary_without_replicas_is_moved_by_a_surge_and_one_handover() {
+    // A drain of the Node of a shard without replicas: a replica joins (elsewhere), takes the
+    // shard over once synced, and only then does the evicted node go.
+    let desired = shape(1, 0, OLD);
+    let memory = RollMemory::default();
+    let mut nodes = vec![primary("p0", 0, all_slots())];
+    nodes[0].handover_requested = true;
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        Step::JoinReplica {
+            shard: 0,
+            primary: "p0".into(),
+        }
+    );
+    nodes.push(replica("r0", 0));
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        Step::HandOver {
+            shard: 0,
+            from: "p0".into(),
+            to: "r0".into(),
+        }
+    );
+    let after = vec![
+        ObservedNode {
+            handover_requested: true,
+            ..replica("p0", 0)
+        },
+        primary("r0", 0, all_slots()),
+    ];
+    let step = plan(&desired, &after, &memory);
+    assert!(
+        matches!(&step, Step::RetireNode { node, .. } if node == "p0"),
+        "{step}"
+    );
+}
+
+#[test]
 fn an_evicted_replica_is_replaced_before_it_is_retired() {
     // A drain of the replica's Node: the shard keeps its one replica throughout.
     let desired = shape(1, 1, OLD);

@@ -597,7 +597,8 @@ impl ClusterRender<'_> {
     /// one). A whole number for `minAvailable`, because the disruption controller cannot count
     /// the Pods of a ValkeyNode (no scale subresource) for `maxUnavailable` or a percentage and
     /// would then allow nothing. A shard without replicas cannot move without losing its data,
-    /// so such a cluster allows no disruption at all.
+    /// so such a cluster's budget allows no disruption at all: a drain of its Node is carried
+    /// out by the eviction webhook and the planner instead (a surge, one handover, a retire).
     pub fn disruption_budget(&self, pods: usize) -> PodDisruptionBudget {
         let desired = self.spec().shards.max(0) as usize
             * (1 + self.spec().replicas_per_shard.max(0) as usize);
