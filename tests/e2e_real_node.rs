@@ -536,6 +536,64 @@ async fn a_drain_moves_a_shard_without_replicas_off_its_node_and_loses_nothing()
     );
 }
 
+/// A node whose Pod cannot be scheduled (it asks for more CPU than the node has) says so within
+/// seconds, in Kubernetes' words: `status.message`, `Degraded` with reason `PodNotStarted`, a
+/// Warning event; not "unreachable" for five minutes.
+#[tokio::test]
+async fn a_pod_that_cannot_be_scheduled_says_why_within_seconds() {
+    let product = Product::start_with(ProductOptions {
+        real_nodes: &["a"],
+        ..Default::default()
+    })
+    .await;
+    product.apply(IMAGES);
+    let applied = Instant::now();
+    product.apply(
+        &harness::k8s::manifest::Manifest::new()
+            .namespace(NAMESPACE)
+            .config(
+                "huge",
+                r#"{imageRef: valkey-9-0-0, resources: {cpu: "64", memory: 1Gi}}"#,
+            )
+            .cluster((NAMESPACE, "greedy"), "huge", 1, 0)
+            .yaml(),
+    );
+    let message = eventually(
+        "greedy says why its Pod waits",
+        Duration::from_secs(60),
+        async || {
+            let cluster = product.cluster(NAMESPACE, "greedy");
+            let message = cluster["status"]["message"].as_str().unwrap_or_default();
+            match message.contains("Insufficient cpu") {
+                true => Ok(message.to_string()),
+                false => Err(format!("{cluster:#}")),
+            }
+        },
+    )
+    .await;
+    println!(
+        "an unschedulable Pod said why {:.1?} after the cluster was applied: {message}",
+        applied.elapsed()
+    );
+    assert!(message.contains("not schedulable"), "{message}");
+    let cluster = product.cluster(NAMESPACE, "greedy");
+    assert_eq!(
+        harness::k8s::condition_field(&cluster, "Degraded", "reason").as_deref(),
+        Some("PodNotStarted")
+    );
+    let events = product.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        NAMESPACE,
+        "--field-selector",
+        "reason=PodNotStarted",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(events.contains("Insufficient cpu"), "events: {events}");
+}
+
 /// The operator's Pods (the chart's Deployment), by name.
 fn operator_pods(product: &Product) -> Vec<String> {
     product

@@ -220,6 +220,7 @@ async fn an_expired_certificate_is_said_so_and_is_not_silence() {
         terminated: false,
         removed: false,
         leaving: false,
+        not_started: None,
     };
     let reach = Reach {
         tls: Some(trust),

@@ -87,6 +87,10 @@ pub enum ClusterEvent {
     StrangerAtAddress {
         problem: String,
     },
+    /// Nodes' Pods have not started, with Kubernetes' reasons: what `Degraded` says.
+    PodNotStarted {
+        problem: String,
+    },
 }
 
 impl ClusterEvent {
@@ -156,6 +160,7 @@ impl Said for ClusterEvent {
             ClusterEvent::SpecOutOfBounds { .. } => "SpecOutOfBounds",
             ClusterEvent::NameConflict { .. } => "NameConflict",
             ClusterEvent::StrangerAtAddress { .. } => "StrangerAtAddress",
+            ClusterEvent::PodNotStarted { .. } => "PodNotStarted",
         }
     }
 
@@ -177,6 +182,7 @@ impl Said for ClusterEvent {
             ClusterEvent::SpecOutOfBounds { .. } => "Validate",
             ClusterEvent::NameConflict { .. } => "Apply",
             ClusterEvent::StrangerAtAddress { .. } => "Connect",
+            ClusterEvent::PodNotStarted { .. } => "Start",
         }
     }
 
@@ -189,6 +195,7 @@ impl Said for ClusterEvent {
                 | ClusterEvent::SpecOutOfBounds { .. }
                 | ClusterEvent::NameConflict { .. }
                 | ClusterEvent::StrangerAtAddress { .. }
+                | ClusterEvent::PodNotStarted { .. }
         )
     }
 
@@ -217,7 +224,8 @@ impl Said for ClusterEvent {
                 )
             }
             ClusterEvent::NameConflict { problem }
-            | ClusterEvent::StrangerAtAddress { problem } => problem.clone(),
+            | ClusterEvent::StrangerAtAddress { problem }
+            | ClusterEvent::PodNotStarted { problem } => problem.clone(),
         }
     }
 }

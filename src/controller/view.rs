@@ -14,6 +14,7 @@ use crate::credentials::secret_name;
 use crate::execute::Member;
 use crate::roll::{Lifecycle, RollMemory};
 use crate::valkey::NodeAddress;
+use crate::words::clip;
 
 /// A cluster's ValkeyNodes and their Pods (by name), as listed now.
 pub struct ClusterNodes {
@@ -40,6 +41,8 @@ pub struct PodView {
     pub ip: Option<String>,
     /// The Secrets its volumes mount.
     pub secrets: Vec<String>,
+    /// Why its container does not run, as Kubernetes says it ([`why_not_started`]).
+    pub not_started: Option<String>,
 }
 
 impl PodView {
@@ -76,8 +79,44 @@ impl From<&Pod> for PodView {
             secrets: volumes
                 .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
                 .collect(),
+            not_started: why_not_started(pod),
         }
     }
+}
+
+/// The longest account of why a Pod has not started that a status carries, in bytes.
+const MAX_NOT_STARTED: usize = 300;
+
+/// Kubernetes' words for why a Pod's server has not started, where they say something a
+/// person can act on: not schedulable (the scheduler's message, "0/6 nodes are available: 6
+/// Insufficient cpu"), or its container waiting for a reason other than being created (an image
+/// not pulled, a container failing to start). `None` while it runs or is only being started.
+pub fn why_not_started(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let unschedulable = (status.conditions.iter().flatten())
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        .map(|c| {
+            let said = c.message.as_deref().or(c.reason.as_deref()).unwrap_or("");
+            format!("not schedulable: {said}")
+        });
+    let waiting = (status.container_statuses.iter().flatten())
+        .filter_map(|c| c.state.as_ref()?.waiting.as_ref())
+        .filter(|w| {
+            w.reason
+                .as_deref()
+                .is_some_and(|r| r != "ContainerCreating")
+        })
+        .map(|w| {
+            let reason = w.reason.as_deref().unwrap_or_default();
+            match w.message.as_deref() {
+                Some(message) if !message.is_empty() => format!("{reason}: {message}"),
+                _ => reason.to_string(),
+            }
+        })
+        .next();
+    unschedulable
+        .or(waiting)
+        .map(|why| clip(why.trim().to_string(), MAX_NOT_STARTED))
 }
 
 impl ClusterNodes {
@@ -163,6 +202,10 @@ impl ClusterNodes {
                     terminated: self.terminated(node),
                     removed: self.removed(node),
                     leaving: node.metadata.deletion_timestamp.is_some(),
+                    not_started: self
+                        .pod_of(node)
+                        .filter(|pod| !pod.running)
+                        .and_then(|pod| pod.not_started.clone()),
                     name,
                 }
             })
@@ -227,5 +270,57 @@ pub fn roll_status(memory: &RollMemory) -> RollStatus {
             })
             .collect(),
         switchover: memory.switchover_done.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "status": status}))
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_pod_says_why_it_has_not_started_only_when_a_person_can_act() {
+        let unschedulable = pod(serde_json::json!({"phase": "Pending", "conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/6 nodes are available: 6 Insufficient cpu."}]}));
+        assert_eq!(
+            why_not_started(&unschedulable).as_deref(),
+            Some("not schedulable: 0/6 nodes are available: 6 Insufficient cpu.")
+        );
+        let waiting = |reason: &str, message: &str| {
+            pod(
+                serde_json::json!({"phase": "Pending", "containerStatuses": [{
+                "name": "valkey", "image": "i", "imageID": "", "ready": false,
+                "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}]}),
+            )
+        };
+        let pull = waiting(
+            "ImagePullBackOff",
+            "Back-off pulling image \"valkey/valkey:9.9\"",
+        );
+        assert_eq!(
+            why_not_started(&pull).as_deref(),
+            Some("ImagePullBackOff: Back-off pulling image \"valkey/valkey:9.9\"")
+        );
+        // Being created is not a problem yet; running is none at all.
+        assert_eq!(why_not_started(&waiting("ContainerCreating", "")), None);
+        let running = pod(
+            serde_json::json!({"phase": "Running", "containerStatuses": [{
+            "name": "valkey", "image": "i", "imageID": "", "ready": true, "restartCount": 0,
+            "state": {"running": {}}}]}),
+        );
+        assert_eq!(why_not_started(&running), None);
+        // A message of any length is clipped.
+        let long = waiting("CreateContainerError", &"x".repeat(10_000));
+        let said = why_not_started(&long).unwrap_or_default();
+        assert!(
+            said.len() <= MAX_NOT_STARTED && said.ends_with('…'),
+            "{}",
+            said.len()
+        );
     }
 }

@@ -75,6 +75,8 @@ pub struct Member {
     pub removed: bool,
     /// Someone asked for it to go (see [`crate::roll::ObservedNode::leaving`]).
     pub leaving: bool,
+    /// Why its server has not started (see [`crate::roll::ObservedNode::not_started`]).
+    pub not_started: Option<String>,
 }
 
 impl Member {

@@ -246,6 +246,7 @@ fn unheard(member: &Member) -> ObservedNode {
         // The caller's clock decides (see `ObservedNode::hung`).
         hung: false,
         leaving: member.leaving,
+        not_started: member.not_started.clone(),
     }
 }
 

@@ -187,6 +187,9 @@ pub struct ObservedNode {
     /// Someone asked for it to go (its ValkeyNode was deleted by hand): it counts as outdated,
     /// so it is replaced before it is retired, and as a primary it hands its shard over first.
     pub leaving: bool,
+    /// Why its server has not started, as Kubernetes says it of its Pod (not schedulable, its
+    /// image not pulled, its container failing to start); `None` while nothing is said.
+    pub not_started: Option<String>,
 }
 
 /// Slots a key-by-key migration left open between this node and `to` (either end may say so:
@@ -231,6 +234,7 @@ impl ObservedNode {
             removed: false,
             hung: false,
             leaving: false,
+            not_started: None,
         }
     }
 

@@ -14,6 +14,11 @@ use crate::api::annotations::{RETRY_FAILOVERS, SWITCHOVER};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JoinBlocker {
     Unreachable,
+    /// Unreachable, and Kubernetes says why its server has not started (not schedulable, its
+    /// image not pulled, its container failing).
+    NotStarted {
+        why: String,
+    },
     /// Its shard has a primary, but the node does not report itself a replica yet.
     NotYetReplica {
         primary: String,
@@ -40,6 +45,7 @@ impl fmt::Display for JoinBlocker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             JoinBlocker::Unreachable => write!(f, "unreachable"),
+            JoinBlocker::NotStarted { why } => write!(f, "its Pod has not started: {why}"),
             JoinBlocker::NotYetReplica { primary } => write!(f, "not yet a replica of {primary}"),
             JoinBlocker::NoReplicationState => write!(f, "no replication state yet"),
             JoinBlocker::LinkDown => write!(f, "replication link down"),
@@ -568,6 +574,13 @@ mod tests {
         let primary = || node("p0");
         let cases = [
             (JoinBlocker::Unreachable, "unreachable"),
+            (
+                JoinBlocker::NotStarted {
+                    why: "not schedulable: 0/6 nodes are available: 6 Insufficient cpu.".into(),
+                },
+                "its Pod has not started: not schedulable: 0/6 nodes are available: 6 \
+                 Insufficient cpu.",
+            ),
             (
                 JoinBlocker::NotYetReplica { primary: primary() },
                 "not yet a replica of p0",

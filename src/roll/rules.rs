@@ -257,7 +257,10 @@ fn joining_nodes(view: &View) -> Option<Step> {
 /// Why a joining node is not ready yet, or `None` when it is.
 fn join_blocker(view: &View, node: &ObservedNode) -> Option<JoinBlocker> {
     if !node.reachable {
-        return Some(JoinBlocker::Unreachable);
+        return Some(match &node.not_started {
+            Some(why) => JoinBlocker::NotStarted { why: why.clone() },
+            None => JoinBlocker::Unreachable,
+        });
     }
     match view.primary(node.shard) {
         Some(primary) => {

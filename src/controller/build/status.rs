@@ -79,6 +79,9 @@ pub enum Reason {
     /// A cluster not started yet is past a ValkeyNamespacePolicy of its namespace: nothing is
     /// created.
     NamespacePolicy,
+    /// Nodes' Pods have not started, for a reason Kubernetes gives (not schedulable, an image
+    /// not pulled, a container failing): the cluster waits for them.
+    PodNotStarted,
 }
 
 impl ConditionType {
@@ -118,6 +121,7 @@ impl Reason {
             Reason::LoginRefused => "LoginRefused",
             Reason::CertificateRefused => "CertificateRefused",
             Reason::NamespacePolicy => "NamespacePolicy",
+            Reason::PodNotStarted => "PodNotStarted",
         }
     }
 }
@@ -406,6 +410,21 @@ fn shard_statuses(pass: &PassReport) -> Vec<ShardStatus> {
         .collect()
 }
 
+/// What `Degraded` says while nodes' Pods have not started for a reason Kubernetes gives (not
+/// schedulable, an image not pulled, a container failing), if any: the first two, with why.
+fn not_started(pass: &PassReport) -> Option<String> {
+    let stuck: Vec<String> = (pass.observed.iter())
+        .filter(|o| !o.reachable)
+        .filter_map(|o| Some(format!("{} ({})", o.name, o.not_started.as_deref()?)))
+        .collect();
+    (!stuck.is_empty()).then(|| {
+        format!(
+            "Pods have not started, the cluster waits for them: {}",
+            first_of(&stuck, 2)
+        )
+    })
+}
+
 /// What `Degraded` says while a namespace policy holds the cluster's growth, if one does.
 fn held_growth(pass: &PassReport) -> Option<String> {
     let (shape, breaches) = pass.granted?;
@@ -447,19 +466,15 @@ fn verdicts(pass: &PassReport, all_served: bool) -> [Verdict; 3] {
         },
         message: pass.step.headline(),
     };
-    let strangers: Vec<&str> = (pass.observed.iter())
-        .filter(|o| o.stranger)
-        .map(|o| o.name.as_str())
-        .collect();
-    let locked_out: Vec<&str> = (pass.observed.iter())
-        .filter(|o| o.locked_out)
-        .map(|o| o.name.as_str())
-        .collect();
+    let names = |flag: fn(&ObservedNode) -> bool| -> Vec<&str> {
+        let flagged = pass.observed.iter().filter(|o| flag(o));
+        flagged.map(|o| o.name.as_str()).collect()
+    };
+    let strangers = names(|o| o.stranger);
+    let locked_out = names(|o| o.locked_out);
+    let untrusted = names(|o| o.untrusted);
     let held = held_growth(pass);
-    let untrusted: Vec<&str> = (pass.observed.iter())
-        .filter(|o| o.untrusted)
-        .map(|o| o.name.as_str())
-        .collect();
+    let not_started = not_started(pass);
     let degraded = match (pass.step, &pass.failure) {
         _ if !locked_out.is_empty() => degraded(
             Reason::LoginRefused,
@@ -477,6 +492,9 @@ fn verdicts(pass: &PassReport, all_served: bool) -> [Verdict; 3] {
         ),
         (Step::Stalled { .. }, _) => degraded(Reason::RollStalled, pass.step.headline()),
         _ if held.is_some() => degraded(Reason::NamespacePolicy, held.unwrap_or_default()),
+        _ if not_started.is_some() => {
+            degraded(Reason::PodNotStarted, not_started.unwrap_or_default())
+        }
         _ if !strangers.is_empty() => {
             degraded(Reason::StrangerAtAddress, stranger_message(&strangers))
         }
@@ -503,14 +521,14 @@ fn stranger_message(nodes: &[&str]) -> String {
     )
 }
 
-/// Whether `now`'s `Degraded` says a stranger answers at a node's address and the stored one
-/// did not say so of the same nodes: worth one `StrangerAtAddress` event.
-pub fn stranger_is_new(stored: &[Condition], now: &[Condition]) -> Option<String> {
+/// What `now`'s `Degraded` says for `reason` when the stored one did not say the same (a
+/// stranger at other nodes' addresses, Pods not started for another cause): worth one event.
+pub fn degraded_anew(reason: Reason, stored: &[Condition], now: &[Condition]) -> Option<String> {
     let saying = |conditions: &[Condition]| {
         conditions
             .iter()
             .find(|c| c.type_ == ConditionType::Degraded.as_str())
-            .filter(|c| c.status == "True" && c.reason == Reason::StrangerAtAddress.as_str())
+            .filter(|c| c.status == "True" && c.reason == reason.as_str())
             .map(|c| c.message.clone())
     };
     let now = saying(now)?;

@@ -581,3 +581,50 @@ fn held_growth_is_degraded_naming_the_policy_and_the_granted_shape_is_kept() {
     );
     assert_eq!(status.granted, Some(shape));
 }
+
+#[test]
+fn a_pod_that_cannot_start_says_why_in_degraded_and_in_the_wait() {
+    let mut pending = node("c-1", 1, "r1", (8192, 16383));
+    pending.reachable = false;
+    pending.lifecycle = Lifecycle::Joining;
+    pending.slots = Vec::new();
+    pending.not_started =
+        Some("not schedulable: 0/6 nodes are available: 6 Insufficient cpu.".into());
+    let observed = [node("c-0", 0, "r1", (0, 16383)), pending];
+    let step = crate::roll::plan(&desired("r1"), &observed, &Default::default());
+    let pass = PassReport {
+        generation: Some(1),
+        shards: 2,
+        nodes: &[],
+        observed: &observed,
+        desired: &desired("r1"),
+        step: &step,
+        failure: None,
+        rollout: None,
+        granted: None,
+    };
+    let status = summarize(&ValkeyClusterStatus::default(), &pass, at(10));
+    let degraded = condition(&status, ConditionType::Degraded);
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "PodNotStarted")
+    );
+    assert_eq!(
+        degraded.message,
+        "Pods have not started, the cluster waits for them: c-1 (not schedulable: 0/6 nodes are \
+         available: 6 Insufficient cpu.)"
+    );
+    // What `status.message` is made of.
+    assert_eq!(
+        needs_a_person(&status.conditions).as_deref(),
+        Some(degraded.message.as_str())
+    );
+    let progressing = condition(&status, ConditionType::Progressing);
+    assert!(
+        progressing.message.ends_with(
+            "its Pod has not started: not schedulable: 0/6 nodes are available: 6 Insufficient cpu."
+        ),
+        "{}",
+        progressing.message
+    );
+}

@@ -177,6 +177,7 @@ mod tests {
             terminated: false,
             removed: false,
             leaving: false,
+            not_started: None,
         }
     }
 

@@ -16,8 +16,8 @@ use crate::api::ClusterKey;
 use crate::api::field_managers::CONTROLLER as MANAGER;
 use crate::api::{ClusterState, ValkeyCluster, ValkeyClusterStatus};
 use crate::controller::build::status::{
-    ConditionType, PassReport, Reason, acl_applied, degraded, needs_a_person, newly_failing,
-    set_condition, stall_is_new, stalled_for, stranger_is_new, summarize,
+    ConditionType, PassReport, Reason, acl_applied, degraded, degraded_anew, needs_a_person,
+    newly_failing, set_condition, stall_is_new, stalled_for, summarize,
 };
 use crate::controller::context::Context;
 use crate::controller::error::Error;
@@ -89,12 +89,16 @@ pub async fn update(
 const HELD_RECHECK: Duration = Duration::from_secs(10);
 
 /// The events of what the new status says that the stored one did not: a stranger at a
-/// node's address, a stall.
+/// node's address, Pods that have not started, a stall.
 async fn publish_changes(pass: &Pass<'_>, status: &ValkeyClusterStatus, step: &Step) {
     let (ctx, cluster) = (pass.ctx, pass.cluster);
     let stored = &pass.stored.status.conditions;
-    if let Some(problem) = stranger_is_new(stored, &status.conditions) {
+    if let Some(problem) = degraded_anew(Reason::StrangerAtAddress, stored, &status.conditions) {
         let event = ClusterEvent::StrangerAtAddress { problem };
+        publish(&ctx.recorder, cluster, &event).await;
+    }
+    if let Some(problem) = degraded_anew(Reason::PodNotStarted, stored, &status.conditions) {
+        let event = ClusterEvent::PodNotStarted { problem };
         publish(&ctx.recorder, cluster, &event).await;
     }
     if stall_is_new(stored, &status.conditions) {
@@ -174,7 +178,7 @@ pub fn requeue_after(step: &Step, stalled_for: Duration) -> Action {
         Step::Wait {
             reason:
                 WaitReason::Joining {
-                    blocker: JoinBlocker::Unreachable,
+                    blocker: JoinBlocker::Unreachable | JoinBlocker::NotStarted { .. },
                     ..
                 },
         } => Duration::from_secs(5),

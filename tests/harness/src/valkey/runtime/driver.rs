@@ -80,6 +80,7 @@ impl<R: NodeRuntime> NodeHost for LocalHost<R> {
                 terminated: false,
                 removed: false,
                 leaving: false,
+                not_started: None,
             })
             .collect()
     }
