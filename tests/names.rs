@@ -197,6 +197,7 @@ fn event_reasons() -> (BTreeSet<&'static str>, BTreeSet<&'static str>) {
         ClusterEvent::SpecOutOfBounds { problems: text() },
         ClusterEvent::NameConflict { problem: text() },
         ClusterEvent::StrangerAtAddress { problem: text() },
+        ClusterEvent::PodNotStarted { problem: text() },
     ];
     for event in &cluster {
         match event {
@@ -215,7 +216,8 @@ fn event_reasons() -> (BTreeSet<&'static str>, BTreeSet<&'static str>) {
             | ClusterEvent::Deleted { .. }
             | ClusterEvent::SpecOutOfBounds { .. }
             | ClusterEvent::NameConflict { .. }
-            | ClusterEvent::StrangerAtAddress { .. } => {}
+            | ClusterEvent::StrangerAtAddress { .. }
+            | ClusterEvent::PodNotStarted { .. } => {}
         }
     }
     let changes = [
@@ -283,6 +285,7 @@ fn conditions() -> (BTreeSet<&'static str>, BTreeSet<&'static str>) {
         R::LoginRefused,
         R::CertificateRefused,
         R::NamespacePolicy,
+        R::PodNotStarted,
     ];
     for reason in reasons {
         match reason {
@@ -307,7 +310,8 @@ fn conditions() -> (BTreeSet<&'static str>, BTreeSet<&'static str>) {
             | R::StrangerAtAddress
             | R::LoginRefused
             | R::CertificateRefused
-            | R::NamespacePolicy => {}
+            | R::NamespacePolicy
+            | R::PodNotStarted => {}
         }
     }
     (
