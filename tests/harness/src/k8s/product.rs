@@ -775,20 +775,34 @@ impl ClusterWatch {
         fault: tokio::time::Instant,
         window: Duration,
     ) -> (WatchReport, usize) {
+        self.finish_losing_only_within(product, fault - window, fault)
+            .await
+    }
+
+    /// Stops, and checks that every write acknowledged outside `from..=until` is readable:
+    /// those inside may be lost (a minority primary's writes in a partition). Returns the report
+    /// and how many were lost inside (a figure).
+    pub async fn finish_losing_only_within(
+        self,
+        product: &Product,
+        from: tokio::time::Instant,
+        until: tokio::time::Instant,
+    ) -> (WatchReport, usize) {
         let report = self.stop(product).await;
         let seeds: Vec<String> = report.pods_after.values().cloned().collect();
         let (cluster, log) = (&report.cluster, &report.log);
         let lost = crate::valkey::lost_writes(&seeds, log.acked).await;
         let inside = |index: &&u64| {
             let acked = log.ack_times[usize::try_from(**index).unwrap_or(usize::MAX)];
-            acked <= fault && acked + window >= fault
+            acked >= from && acked <= until
         };
         let (within, outside): (Vec<&u64>, Vec<&u64>) = lost.iter().partition(inside);
         assert!(
             outside.is_empty(),
-            "{cluster} lost {} acknowledged writes outside the {window:?} before the fault \
+            "{cluster} lost {} acknowledged writes outside the {:?} it may lose \
              (of {} acknowledged), first {:?}",
             outside.len(),
+            until - from,
             log.acked,
             &outside[..outside.len().min(5)]
         );

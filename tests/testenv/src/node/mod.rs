@@ -10,6 +10,7 @@
 //! subnet (two tests never pick the same one), and a cgroup root of its own. Dropping the
 //! node kills every container it ran and removes all of it.
 
+pub mod fault;
 pub mod firewall;
 pub(crate) mod host;
 pub mod image;
@@ -130,6 +131,11 @@ impl RealNode {
     /// The Pod network of this node, `198.18.N.0/24`.
     pub fn pod_subnet(&self) -> String {
         format!("{POD_NETWORK_PREFIX}.{}.0/24", self.subnet)
+    }
+
+    /// Cuts this node's Pods off from every other node's until the [`fault::Cut`] is dropped.
+    pub fn cut_off(&self) -> Result<fault::Cut, Error> {
+        fault::Cut::start(self.subnet, &self.pod_subnet())
     }
 
     /// The node's folder (logs: `containerd.log`, `kubelet.log`).

@@ -1,0 +1,132 @@
+//! A network partition on real nodes: the node holding one shard's primary cut off from every
+//! other node's Pods for 20 s (`testenv::node::fault::Cut`), while the operator and a stock
+//! cluster client on the host still reach both sides, as a control plane outside the cut would.
+//!
+//! What Valkey does: the primary on the cut-off side keeps acknowledging writes until it counts
+//! itself in the minority (`cluster-node-timeout`, 5 s, and the failure reports after it); the
+//! majority promotes its replica; after the heal the old primary follows the new one, and what
+//! it took in alone is gone. What the operator must add nothing to: one failover for the cut
+//! shard, none for the others, no node retired for being cut off, and no loss outside that
+//! window. With `min-replicas-to-write 1` and `min-replicas-max-lag 2` in the config, the cut
+//! primary refuses writes (`NOREPLICAS`) once its replica's acknowledgements are 2 s old, and
+//! the window narrows to that; a client that keeps asking it (redis-py's cluster client takes
+//! `NOREPLICAS` for an answer, not for a moved slot) waits until the cut heals.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use harness::eventually;
+use harness::k8s::manifest::Manifest;
+use harness::k8s::{ClusterWatch, IMAGES, Product, ProductOptions, converged};
+use tokio::time::Instant;
+
+const NAMESPACE: &str = "cut";
+const SHARDS: u16 = 3;
+const CUT_FOR: Duration = Duration::from_secs(20);
+
+static DEFAULTS: LazyLock<String> = LazyLock::new(|| fleet(r#"{save: ""}"#));
+static BOUNDED: LazyLock<String> =
+    LazyLock::new(|| fleet(r#"{save: "", min-replicas-to-write: "1", min-replicas-max-lag: "2"}"#));
+
+/// The namespace, a config on 9.1.2 with `settings`, and a 3 × 1 cluster on it.
+fn fleet(settings: &str) -> String {
+    Manifest::new()
+        .namespace(NAMESPACE)
+        .config(
+            "cut",
+            &format!("{{imageRef: valkey-9-1-2, valkey: {settings}}}"),
+        )
+        .cluster((NAMESPACE, "orders"), "cut", u32::from(SHARDS), 1)
+        .yaml()
+}
+
+/// The node a Pod runs on.
+fn node_of(product: &Product, pod: &str) -> String {
+    let pod = harness::k8s::chart::get_json(
+        &product.plane,
+        &["get", "pod", "-n", NAMESPACE, pod, "-o", "json"],
+    );
+    pod["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Cuts off, for [`CUT_FOR`], the node of a shard's primary that holds no other primary; returns
+/// the shard, when the cut began and how many acknowledged writes were lost, all of them within
+/// `may_lose` of the cut's start.
+async fn cut_a_primarys_node(objects: &str, may_lose: Duration) -> (u16, usize) {
+    let product = Product::start_with(ProductOptions {
+        real_nodes: &["a", "b", "c"],
+        ..Default::default()
+    })
+    .await;
+    product.apply(IMAGES);
+    product.apply(objects);
+    eventually("orders comes up", Duration::from_secs(240), async || {
+        converged(&product.cluster(NAMESPACE, "orders"), "9.1.2").then_some(())
+    })
+    .await;
+    let mut primaries = Vec::new();
+    for shard in 0..SHARDS {
+        let primary = product
+            .primary_of(NAMESPACE, "orders", u32::from(shard))
+            .await;
+        primaries.push((shard, node_of(&product, &primary)));
+    }
+    // One node's loss must not take a majority of primaries: cut one that holds a single one.
+    let (shard, node) = primaries
+        .iter()
+        .find(|(_, node)| primaries.iter().filter(|(_, n)| n == node).count() == 1)
+        .cloned()
+        .unwrap_or_else(|| panic!("every node holds two primaries or more: {primaries:?}"));
+    let real = product
+        .real_nodes()
+        .iter()
+        .find(|n| n.name() == node)
+        .unwrap();
+
+    let watch = ClusterWatch::start(&product, NAMESPACE, "orders").await;
+    let cut_at = Instant::now();
+    let cut = real.cut_off().unwrap();
+    tokio::time::sleep(CUT_FOR).await;
+    drop(cut);
+    eventually(
+        "orders whole again after the cut",
+        Duration::from_secs(120),
+        async || {
+            let cluster = product.cluster(NAMESPACE, "orders");
+            let pods = product.addresses(NAMESPACE, "orders");
+            match converged(&cluster, "9.1.2") && pods.len() == usize::from(SHARDS) * 2 {
+                true => Ok(()),
+                false => Err(format!("{cluster:#}\n{pods:?}")),
+            }
+        },
+    )
+    .await;
+    let (report, lost) = watch
+        .finish_losing_only_within(&product, cut_at, cut_at + may_lose)
+        .await;
+    // One failover for the cut shard, none for the others (whose replicas on the cut node were
+    // out of reach for a while).
+    for other in 0..SHARDS {
+        report.assert_shard(other, SHARDS, usize::from(other == shard), 0);
+    }
+    println!(
+        "cut {node} (primary of shard {shard}) off for {CUT_FOR:?}: {} acknowledged, {lost} lost \
+         within {may_lose:?} of the cut; longest write gap {:.2?}",
+        report.log.acked,
+        report.longest_write_gap()
+    );
+    (shard, lost)
+}
+
+#[tokio::test]
+async fn a_cut_off_primary_loses_only_what_it_took_in_before_it_knew_and_fails_over_once() {
+    cut_a_primarys_node(&DEFAULTS, Duration::from_secs(10)).await;
+}
+
+#[tokio::test]
+async fn min_replicas_to_write_narrows_what_a_cut_off_primary_can_lose() {
+    cut_a_primarys_node(&BOUNDED, Duration::from_secs(5)).await;
+}
