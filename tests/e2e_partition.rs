@@ -86,24 +86,26 @@ async fn cut_a_primarys_node(objects: &str, may_lose: Duration) -> (u16, usize) 
         .find(|n| n.name() == node)
         .unwrap();
 
+    let before: Vec<String> = product.addresses(NAMESPACE, "orders").into_keys().collect();
     let watch = ClusterWatch::start(&product, NAMESPACE, "orders").await;
     let cut_at = Instant::now();
     let cut = real.cut_off().unwrap();
     tokio::time::sleep(CUT_FOR).await;
     drop(cut);
-    eventually(
+    let after = eventually(
         "orders whole again after the cut",
         Duration::from_secs(120),
         async || {
             let cluster = product.cluster(NAMESPACE, "orders");
-            let pods = product.addresses(NAMESPACE, "orders");
+            let pods: Vec<String> = product.addresses(NAMESPACE, "orders").into_keys().collect();
             match converged(&cluster, "9.1.2") && pods.len() == usize::from(SHARDS) * 2 {
-                true => Ok(()),
+                true => Ok(pods),
                 false => Err(format!("{cluster:#}\n{pods:?}")),
             }
         },
     )
     .await;
+    assert_eq!(after, before, "nodes were replaced for having been cut off");
     let (report, lost) = watch
         .finish_losing_only_within(&product, cut_at, cut_at + may_lose)
         .await;
