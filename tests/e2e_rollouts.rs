@@ -316,6 +316,9 @@ spec: {repository: valkey/valkey, tag: "9.2.0", version: "9.2.0"}
         None,
         r#"{"spec": {"imageRef": "valkey-9-2-0"}}"#,
     );
+    // First its Pod says why it does not start (PodNotStarted), then, past the join timeout,
+    // the roll stalls (RollStalled).
+    let mut said_why = None;
     eventually(
         "the roll stalls as Degraded",
         Duration::from_secs(90),
@@ -323,14 +326,25 @@ spec: {repository: valkey/valkey, tag: "9.2.0", version: "9.2.0"}
             let p = &product;
             let cluster = p.cluster("risky", "ledger");
             assert_eq!(cluster["status"]["state"], "Active", "{cluster}");
-            if condition(&cluster, "Degraded").as_deref() == Some("True") {
-                Ok(())
-            } else {
-                Err(cluster["status"].to_string())
+            let reason = condition_field(&cluster, "Degraded", "reason");
+            if reason.as_deref() == Some("PodNotStarted") {
+                said_why = condition_field(&cluster, "Degraded", "message");
+            }
+            match (
+                condition(&cluster, "Degraded").as_deref(),
+                reason.as_deref(),
+            ) {
+                (Some("True"), Some("RollStalled")) => Ok(()),
+                _ => Err(cluster["status"].to_string()),
             }
         },
     )
     .await;
+    let said_why = said_why.unwrap_or_default();
+    assert!(
+        said_why.contains("ImagePull"),
+        "before the stall: {said_why:?}"
+    );
     let cluster = product.cluster("risky", "ledger");
     let message = condition_field(&cluster, "Degraded", "message").unwrap_or_default();
     assert!(
