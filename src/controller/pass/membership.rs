@@ -101,7 +101,7 @@ async fn put_in_place(
 
 /// A digest of the object as rendered (its owner's uid included, so a cluster recreated under
 /// the same name applies it again). `None` if it cannot be serialized: then it is always applied.
-fn digest_of(object: &impl serde::Serialize) -> Option<u64> {
+fn rendered_fingerprint(object: &impl serde::Serialize) -> Option<u64> {
     let rendered = serde_json::to_string(object).ok()?;
     let mut hasher = DefaultHasher::new();
     rendered.hash(&mut hasher);
@@ -171,7 +171,7 @@ impl Owner<'_> {
             + serde::de::DeserializeOwned
             + std::fmt::Debug,
     {
-        let digest = digest_of(&object);
+        let digest = rendered_fingerprint(&object);
         let uid = match self.applied.standing(self.key, which, digest) {
             Standing::Current => return Ok(()),
             Standing::Ours(uid) => match apply_over(api, object.clone(), &uid).await {
@@ -422,10 +422,10 @@ mod tests {
     fn the_digest_follows_the_rendered_object() {
         let a = serde_json::json!({"metadata": {"ownerReferences": [{"uid": "1"}]}});
         let b = serde_json::json!({"metadata": {"ownerReferences": [{"uid": "2"}]}});
-        assert_eq!(digest_of(&a), digest_of(&a.clone()));
+        assert_eq!(rendered_fingerprint(&a), rendered_fingerprint(&a.clone()));
         assert_ne!(
-            digest_of(&a),
-            digest_of(&b),
+            rendered_fingerprint(&a),
+            rendered_fingerprint(&b),
             "a recreated cluster applies again"
         );
     }
