@@ -26,27 +26,6 @@ static FLEET: LazyLock<String> = LazyLock::new(|| {
         .yaml()
 });
 
-/// What a product team holds in its own namespace, and nothing elsewhere.
-const TEAM_B_RBAC: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: team, namespace: team-b}
-rules:
-- apiGroups: [""]
-  resources: [secrets, pods, pods/exec, pods/log, configmaps]
-  verbs: ["*"]
-- apiGroups: [valkey.gomomento.com]
-  resources: [valkeyclusters]
-  verbs: ["*"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: team, namespace: team-b}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: team}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}
-"#;
-
 /// Both clusters up on one real node, alice's Role bound.
 async fn fleet(enforce_network_policies: bool) -> Product {
     let product = Product::start_with(ProductOptions {
@@ -57,7 +36,7 @@ async fn fleet(enforce_network_policies: bool) -> Product {
     .await;
     product.apply(IMAGES);
     product.apply(&FLEET);
-    product.apply(TEAM_B_RBAC);
+    product.apply(&Manifest::new().team_access("team-b", "alice").yaml());
     product
         .wait_converged(
             &[("team-a", "orders"), ("team-b", "search")],

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use harness::k8s::chart::NAMESPACE as OPERATOR_NAMESPACE;
+use harness::k8s::manifest::Manifest;
 use harness::k8s::{IMAGES, Product};
 use k8s_openapi::ByteString;
 use serde_json::Value;
@@ -55,27 +56,6 @@ metadata: {name: b, namespace: team-b}
 spec: {configRef: shared, shards: 1, replicasPerShard: 0}
 "#;
 
-/// What a product team holds in its own namespace, and nothing elsewhere.
-const TEAM_A_RBAC: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: team, namespace: team-a}
-rules:
-- apiGroups: [""]
-  resources: [secrets, pods, pods/exec, pods/log, configmaps]
-  verbs: ["*"]
-- apiGroups: [valkey.gomomento.com]
-  resources: [valkeyclusters]
-  verbs: ["*"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: team, namespace: team-a}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: team}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: alice}
-"#;
-
 /// `kubectl` as alice, of team-a.
 fn as_alice(product: &Product, args: &[&str]) -> (bool, String) {
     let mut all = vec!["--as", "alice"];
@@ -120,7 +100,7 @@ async fn a_team_reads_no_credential_that_changes_its_nodes_or_opens_another_team
     let product = Product::start(None, &[]).await;
     product.apply(IMAGES);
     product.apply(FLEET);
-    product.apply(TEAM_A_RBAC);
+    product.apply(&Manifest::new().team_access("team-a", "alice").yaml());
     let clusters = [("team-a", "a"), ("team-b", "b")];
     product
         .wait_converged(&clusters, "9.0.0", Duration::from_secs(240))

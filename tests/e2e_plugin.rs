@@ -495,24 +495,9 @@ async fn a_switchover_a_maintenance_window_and_a_supervised_roll_by_name() {
 
 /// `(name, shard, version)` of each ValkeyNode of a cluster, sorted.
 fn nodes_of(product: &Product, namespace: &str, cluster: &str) -> Vec<(String, i64, String)> {
-    let selector = format!("valkey.gomomento.com/cluster={cluster}");
-    let nodes = harness::k8s::chart::get_json(
-        &product.plane,
-        &[
-            "get",
-            "valkeynodes",
-            "-n",
-            namespace,
-            "-l",
-            &selector,
-            "-o",
-            "json",
-        ],
-    );
-    let mut nodes: Vec<(String, i64, String)> = nodes["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let mut nodes: Vec<(String, i64, String)> = product
+        .valkey_nodes(namespace, cluster)
+        .iter()
         .map(|node| {
             (
                 node["metadata"]["name"].as_str().unwrap_or("").to_string(),

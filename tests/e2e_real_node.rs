@@ -434,16 +434,7 @@ async fn a_killed_a_hung_primary_and_a_drained_node_lose_no_replicated_write_on_
         .unwrap_or_default()
         .to_string();
     let drained = Instant::now();
-    let output = tokio::task::block_in_place(|| {
-        product.kubectl(&[
-            "drain",
-            &node,
-            "--ignore-daemonsets",
-            "--delete-emptydir-data",
-            "--timeout=180s",
-        ])
-    });
-    assert!(output.contains("drained"), "{output}");
+    drain(&product, &node);
     healed(
         &product,
         &primary,
@@ -501,16 +492,7 @@ async fn a_drain_moves_a_shard_without_replicas_off_its_node_and_loses_nothing()
         .unwrap_or_default()
         .to_string();
     let drained = Instant::now();
-    let output = tokio::task::block_in_place(|| {
-        product.kubectl(&[
-            "drain",
-            &node,
-            "--ignore-daemonsets",
-            "--delete-emptydir-data",
-            "--timeout=180s",
-        ])
-    });
-    assert!(output.contains("drained"), "{output}");
+    drain(&product, &node);
     eventually(
         "single whole again off the drained node",
         Duration::from_secs(60),
@@ -534,6 +516,21 @@ async fn a_drain_moves_a_shard_without_replicas_off_its_node_and_loses_nothing()
         report.log.ack_times.len(),
         report.longest_write_gap()
     );
+}
+
+/// `kubectl drain` of `node`, as a platform team runs it; it must end drained. Blocks its
+/// worker thread for as long as the drain waits (the test's runtime has another).
+fn drain(product: &Product, node: &str) {
+    let output = tokio::task::block_in_place(|| {
+        product.kubectl(&[
+            "drain",
+            node,
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=180s",
+        ])
+    });
+    assert!(output.contains("drained"), "{output}");
 }
 
 /// A node whose Pod cannot be scheduled (it asks for more CPU than the node has) says so within

@@ -643,13 +643,16 @@ fn an_evicted_primary_hands_over_to_the_best_staying_replica() {
     ));
 }
 
-#[test]
-fn a_node_deleted_by_hand_is_replaced_before_it_goes_and_hands_its_shard_over() {
+/// A shard without replicas whose primary is marked to go (`mark`): a replica joins first, so
+/// the data has somewhere to go; once synced it takes the shard over; only then does the marked
+/// node go.
+fn a_marked_primary_without_replicas_moves_by_a_surge_and_one_handover(
+    mark: fn(&mut ObservedNode),
+) {
     let desired = shape(1, 0, OLD);
     let memory = RollMemory::default();
-    // A shard without replicas: one joins first, so the data has somewhere to go.
     let mut nodes = vec![primary("p0", 0, all_slots())];
-    nodes[0].leaving = true;
+    mark(&mut nodes[0]);
     assert_eq!(
         plan(&desired, &nodes, &memory),
         Step::JoinReplica {
@@ -657,7 +660,6 @@ fn a_node_deleted_by_hand_is_replaced_before_it_goes_and_hands_its_shard_over() 
             primary: "p0".into(),
         }
     );
-    // Once it is synced, the shard is handed over to it; then the leaving node is retired.
     nodes.push(replica("r0", 0));
     assert_eq!(
         plan(&desired, &nodes, &memory),
@@ -667,13 +669,9 @@ fn a_node_deleted_by_hand_is_replaced_before_it_goes_and_hands_its_shard_over() 
             to: "r0".into(),
         }
     );
-    let after = vec![
-        ObservedNode {
-            leaving: true,
-            ..replica("p0", 0)
-        },
-        primary("r0", 0, all_slots()),
-    ];
+    let mut handed_over = replica("p0", 0);
+    mark(&mut handed_over);
+    let after = vec![handed_over, primary("r0", 0, all_slots())];
     let step = plan(&desired, &after, &memory);
     assert!(
         matches!(&step, Step::RetireNode { node, .. } if node == "p0"),
@@ -682,41 +680,16 @@ fn a_node_deleted_by_hand_is_replaced_before_it_goes_and_hands_its_shard_over() 
 }
 
 #[test]
+fn a_node_deleted_by_hand_is_replaced_before_it_goes_and_hands_its_shard_over() {
+    a_marked_primary_without_replicas_moves_by_a_surge_and_one_handover(|n| n.leaving = true);
+}
+
+#[test]
 fn an_evicted_primary_without_replicas_is_moved_by_a_surge_and_one_handover() {
-    // A drain of the Node of a shard without replicas: a replica joins (elsewhere), takes the
-    // shard over once synced, and only then does the evicted node go.
-    let desired = shape(1, 0, OLD);
-    let memory = RollMemory::default();
-    let mut nodes = vec![primary("p0", 0, all_slots())];
-    nodes[0].handover_requested = true;
-    assert_eq!(
-        plan(&desired, &nodes, &memory),
-        Step::JoinReplica {
-            shard: 0,
-            primary: "p0".into(),
-        }
-    );
-    nodes.push(replica("r0", 0));
-    assert_eq!(
-        plan(&desired, &nodes, &memory),
-        Step::HandOver {
-            shard: 0,
-            from: "p0".into(),
-            to: "r0".into(),
-        }
-    );
-    let after = vec![
-        ObservedNode {
-            handover_requested: true,
-            ..replica("p0", 0)
-        },
-        primary("r0", 0, all_slots()),
-    ];
-    let step = plan(&desired, &after, &memory);
-    assert!(
-        matches!(&step, Step::RetireNode { node, .. } if node == "p0"),
-        "{step}"
-    );
+    // A drain of the Node of a shard without replicas (the eviction webhook's mark).
+    a_marked_primary_without_replicas_moves_by_a_surge_and_one_handover(|n| {
+        n.handover_requested = true;
+    });
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The objects most end-to-end tests start from, as the YAML a user applies: namespaces, a
-//! ValkeyConfig, and clusters on it. One place writes their `apiVersion`, `kind` and
-//! `metadata`, so a test says only what is its own (names, image, settings, shape).
+//! ValkeyConfig, clusters on it, and a team's access to its namespace. One place writes their
+//! `apiVersion`, `kind` and `metadata`, so a test says only what is its own (names, image,
+//! settings, shape).
 
 /// A test's objects, in the order they are applied.
 #[derive(Default)]
@@ -43,6 +44,24 @@ impl Manifest {
         self
     }
 
+    /// What a product team holds in `namespace` and nothing elsewhere, bound to `user`: every
+    /// verb on its Secrets, Pods (`pods/exec` and logs too), ConfigMaps and ValkeyClusters.
+    pub fn team_access(mut self, namespace: &str, user: &str) -> Self {
+        self.documents.push(format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+             metadata: {{name: team, namespace: {namespace}}}\nrules:\n\
+             - apiGroups: [\"\"]\n  resources: [secrets, pods, pods/exec, pods/log, configmaps]\n  verbs: [\"*\"]\n\
+             - apiGroups: [valkey.gomomento.com]\n  resources: [valkeyclusters]\n  verbs: [\"*\"]\n"
+        ));
+        self.documents.push(format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+             metadata: {{name: team, namespace: {namespace}}}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: team}}\n\
+             subjects:\n- {{apiGroup: rbac.authorization.k8s.io, kind: User, name: {user}}}\n"
+        ));
+        self
+    }
+
     /// The documents, `---` between them.
     pub fn yaml(&self) -> String {
         self.documents.join("---\n")
@@ -72,5 +91,19 @@ mod tests {
         assert_eq!(documents[1]["spec"]["valkey"]["save"], "");
         assert_eq!(documents[2]["metadata"]["namespace"], "heal");
         assert_eq!(documents[2]["spec"]["replicasPerShard"], 1);
+    }
+
+    #[test]
+    fn a_teams_access_is_a_role_in_its_namespace_bound_to_its_person() {
+        let yaml = Manifest::new().team_access("team-b", "alice").yaml();
+        let documents: Vec<serde_json::Value> = yaml
+            .split("---\n")
+            .map(|document| serde_yaml_ng::from_str(document).unwrap())
+            .collect();
+        assert_eq!(documents[0]["kind"], "Role");
+        assert_eq!(documents[0]["metadata"]["namespace"], "team-b");
+        assert_eq!(documents[0]["rules"][0]["resources"][2], "pods/exec");
+        assert_eq!(documents[1]["kind"], "RoleBinding");
+        assert_eq!(documents[1]["subjects"][0]["name"], "alice");
     }
 }

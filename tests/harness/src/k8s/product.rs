@@ -479,26 +479,27 @@ impl Product {
             .unwrap_or_else(|| panic!("shard {shard} of {namespace}/{cluster} has no replica"))
     }
 
+    /// A cluster's ValkeyNodes as the API returns them.
+    pub fn valkey_nodes(&self, namespace: &str, cluster: &str) -> Vec<Value> {
+        let selector = format!("valkey.gomomento.com/cluster={cluster}");
+        let args = [
+            "get",
+            "valkeynodes",
+            "-n",
+            namespace,
+            "-l",
+            &selector,
+            "-o",
+            "json",
+        ];
+        let nodes = get_json(&self.plane, &args);
+        nodes["items"].as_array().cloned().unwrap_or_default()
+    }
+
     /// Each ValkeyNode of a cluster and the node id its status records (if one).
     pub fn node_ids(&self, namespace: &str, cluster: &str) -> BTreeMap<String, Option<String>> {
-        let selector = format!("valkey.gomomento.com/cluster={cluster}");
-        let nodes = get_json(
-            &self.plane,
-            &[
-                "get",
-                "valkeynodes",
-                "-n",
-                namespace,
-                "-l",
-                &selector,
-                "-o",
-                "json",
-            ],
-        );
-        nodes["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        self.valkey_nodes(namespace, cluster)
+            .iter()
             .filter_map(|n| {
                 let id = n["status"]["nodeId"].as_str().map(String::from);
                 Some((n["metadata"]["name"].as_str()?.to_string(), id))
