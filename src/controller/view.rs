@@ -153,12 +153,14 @@ impl ClusterNodes {
     }
 
     /// The node's Pod ran and was removed (it is gone, or being deleted), rather than its
-    /// server failing (see [`crate::roll::ObservedNode::removed`]).
+    /// server failing (see [`crate::roll::ObservedNode::removed`]). A Pod being deleted counts
+    /// even once its server has stopped: a real kubelet stops it (SIGTERM, the server exits)
+    /// before the Pod is gone, and that stop is the deletion's, not the server's failure.
     fn removed(&self, node: &ValkeyNode) -> bool {
         let ran = node.status.as_ref().is_some_and(|s| s.node_id.is_some());
         match self.pod_of(node) {
             None => ran,
-            Some(pod) => pod.deleting && !has_stopped(pod),
+            Some(pod) => pod.deleting,
         }
     }
 
@@ -322,5 +324,49 @@ mod tests {
             "{}",
             said.len()
         );
+    }
+
+    /// A joiner whose Pod a person deleted: a real kubelet stops its server first (phase
+    /// `Succeeded` while the Pod is still being deleted). That is a removal, not a failure of
+    /// the revision, before and after the stop, and once the Pod is gone.
+    #[test]
+    fn a_deleted_pods_stopped_server_is_removed_not_failed() {
+        let spec = crate::api::ValkeyNodeSpec {
+            cluster: "orders".into(),
+            shard: 0,
+            image: "valkey/valkey:9.1.2".into(),
+            version: "9.1.2".into(),
+            revision: "r2".into(),
+        };
+        let mut node = ValkeyNode::new("orders-0-a1b2c", spec);
+        node.status = Some(crate::api::ValkeyNodeStatus {
+            node_id: Some("abc".into()),
+            ..Default::default()
+        });
+        let view = |pod: Option<PodView>| ClusterNodes {
+            objects: vec![node.clone()],
+            pods: pod
+                .map(|pod| ("orders-0-a1b2c".to_string(), pod))
+                .into_iter()
+                .collect(),
+        };
+        let stopping = PodView {
+            deleting: true,
+            phase: Some("Running".into()),
+            ..Default::default()
+        };
+        let stopped = PodView {
+            phase: Some("Succeeded".into()),
+            ..stopping.clone()
+        };
+        for pods in [view(Some(stopping)), view(Some(stopped)), view(None)] {
+            assert!(pods.removed(&node), "{:?}", pods.pods);
+        }
+        // A server that stopped in a Pod nobody deleted failed.
+        let failed = view(Some(PodView {
+            phase: Some("Failed".into()),
+            ..Default::default()
+        }));
+        assert!(failed.terminated(&node) && !failed.removed(&node));
     }
 }
