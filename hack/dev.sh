@@ -4,8 +4,9 @@
 # installs the CRDs and the validating webhook, runs the operator against it, applies
 # config/samples/, and stays up until Ctrl-C, then stops everything it started.
 # Nodes: DEV_NODES=real (the default as root on Linux): six real nodes, two in each of zones
-# a, b and c (kubelet, containerd, runc, CNI; Pods are containers on 198.18.0.0/15; the
-# samples ask for 6 CPUs and a roll surges more, and each node offers this machine's CPUs);
+# a, b and c, each in a network namespace of its own (kubelet, containerd, runc, CNI, and
+# kube-router's firewall enforcing NetworkPolicies; Pods are containers on 198.18.0.0/15;
+# the samples ask for 6 CPUs and a roll surges more, and each node offers this machine's CPUs);
 # DEV_NODES=test: the test kubelet (Pods are local valkey-server processes; quick, no root).
 # VALKEY_OPERATOR_BIN overrides the operator binary (default: the workspace's debug build).
 set -euo pipefail
@@ -39,7 +40,7 @@ if [[ -z "$nodes" ]]; then
 	if [[ $(uname -s) == Linux && $(id -u) -eq 0 ]]; then nodes=real; else nodes=test; fi
 fi
 case "$nodes" in
-real) node_flags=(--real-nodes a,b,c,a,b,c) ;;
+real) node_flags=(--real-nodes a,b,c,a,b,c --enforce-network-policies) ;;
 test) node_flags=(--kubelet) ;;
 *) die "DEV_NODES must be real or test, not '$nodes'" ;;
 esac
@@ -49,6 +50,7 @@ hack/fetch-valkey.sh 9.0.0 9.1.2 >/dev/null
 if [[ "$nodes" == real ]]; then
 	hack/install-node-packages.sh >/dev/null || die "real nodes need containerd, runc and the CNI plugins (DEV_NODES=test runs without them)"
 	crictl=$(hack/build-crictl.sh)
+	hack/build-kube-router.sh >/dev/null
 fi
 bin_dir=$(hack/build-k8s.sh)
 cargo build --quiet -p testenv -p valkey-operator --bins

@@ -1,8 +1,8 @@
 //! The launcher: etcd + kube-apiserver + kube-controller-manager on loopback, with a fresh
 //! data directory and PKI per launch, in the spirit of controller-runtime's envtest. For real
-//! nodes whose Pods must reach it (an operator installed in the cluster), the API server
-//! binds a leased address of 198.19.0.0/16 instead, which is also its `kubernetes` Service's
-//! ClusterIP (see [`ControlPlaneOptions::reachable_from_pods`]).
+//! nodes (each in a network namespace of its own) and their Pods (an operator installed in the
+//! cluster), the API server binds a leased address of 198.19.0.0/16 instead, which is also its
+//! `kubernetes` Service's ClusterIP (see [`ControlPlaneOptions::reachable_from_pods`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -33,7 +33,8 @@ pub struct ControlPlaneOptions {
     pub bin_dir: Option<PathBuf>,
     /// How long to wait for `/readyz`.
     pub ready_timeout: Duration,
-    /// Bind the API server where Pods on real nodes reach it (needs root): `198.19.M.1:443`,
+    /// Bind the API server where real nodes and their Pods reach it (needs root; real nodes
+    /// need it): `198.19.M.1:443`,
     /// M leased per control plane. Its Service range is `198.19.M.0/24`, so the `kubernetes`
     /// Service's ClusterIP, which the kubelet gives every Pod as `KUBERNETES_SERVICE_HOST`, is
     /// that same address: in-cluster clients reach the API server without kube-proxy. Webhooks

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use testenv::{ControlPlane, ControlPlaneOptions, KubeletOptions, RealNode, TestKubelet};
+use testenv::{ControlPlane, ControlPlaneOptions, Firewall, KubeletOptions, RealNode, TestKubelet};
 
 #[derive(Parser)]
 #[command(about = "A real Kubernetes control plane and a test kubelet for local runs")]
@@ -25,6 +25,10 @@ enum Commands {
         /// needs root on Linux.
         #[arg(long, value_delimiter = ',')]
         real_nodes: Vec<String>,
+        /// Enforce NetworkPolicies on every real node (kube-router's firewall, built by
+        /// hack/build-kube-router.sh).
+        #[arg(long, requires = "real_nodes")]
+        enforce_network_policies: bool,
         /// Copy the admin kubeconfig here once the control plane is ready.
         #[arg(long)]
         kubeconfig_out: Option<PathBuf>,
@@ -53,9 +57,17 @@ async fn main() -> anyhow::Result<()> {
         Commands::Up {
             kubelet,
             real_nodes,
+            enforce_network_policies,
             kubeconfig_out,
             bin_dir,
-        } => up(kubelet, &real_nodes, kubeconfig_out, bin_dir).await,
+        } => {
+            let nodes = Nodes {
+                with_kubelet: kubelet,
+                real: real_nodes,
+                enforce_network_policies,
+            };
+            up(nodes, kubeconfig_out, bin_dir).await
+        }
         Commands::Kubelet { node_name } => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let client = kube::Client::try_default().await?;
@@ -70,9 +82,18 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-async fn up(
+/// What runs Pods beside the control plane.
+struct Nodes {
+    /// The test kubelet.
     with_kubelet: bool,
-    real_nodes: &[String],
+    /// Real nodes, one per zone listed.
+    real: Vec<String>,
+    /// kube-router's firewall on each real node.
+    enforce_network_policies: bool,
+}
+
+async fn up(
+    nodes: Nodes,
     kubeconfig_out: Option<PathBuf>,
     bin_dir: Option<PathBuf>,
 ) -> anyhow::Result<()> {
@@ -81,7 +102,7 @@ async fn up(
     // installed into it runs the operator in-cluster.
     let options = ControlPlaneOptions {
         bin_dir,
-        reachable_from_pods: !real_nodes.is_empty(),
+        reachable_from_pods: !nodes.real.is_empty(),
         ..Default::default()
     };
     // Started inside a select so that Ctrl-C during start-up drops (and kills) what is up.
@@ -94,29 +115,38 @@ async fn up(
         started.elapsed().as_secs_f64(),
         control_plane.server_url()
     );
-    let _kubelet = if with_kubelet {
+    let _kubelet = if nodes.with_kubelet {
         let kubelet = TestKubelet::start(control_plane.client().await?, Default::default()).await?;
         eprintln!("test kubelet registered Node {}", kubelet.node_name());
         Some(kubelet)
     } else {
         None
     };
-    let mut nodes = Vec::new();
-    if !real_nodes.is_empty() {
+    let mut real_nodes = Vec::new();
+    let mut firewalls = Vec::new();
+    if !nodes.real.is_empty() {
         control_plane.start_node_controllers()?;
     }
-    for options in testenv::nodes_in_zones(real_nodes) {
+    for options in testenv::nodes_in_zones(&nodes.real) {
         let node = tokio::select! {
             node = RealNode::start(&control_plane, options) => node?,
             r = interrupted() => return r,
         };
+        if nodes.enforce_network_policies {
+            firewalls.push(Firewall::start(&control_plane, &node).await?);
+        }
         eprintln!(
-            "real node {} Ready (Pods on {}, logs in {})",
+            "real node {} Ready (Pods on {}, NetworkPolicies {}, logs in {})",
             node.name(),
             node.pod_subnet(),
+            if nodes.enforce_network_policies {
+                "enforced"
+            } else {
+                "not enforced"
+            },
             node.dir().display()
         );
-        nodes.push(node);
+        real_nodes.push(node);
     }
     let kubeconfig = match kubeconfig_out {
         Some(out) => {
@@ -137,6 +167,9 @@ async fn up(
     println!("DATA_DIR={}", control_plane.data_dir().display());
     interrupted().await?;
     eprintln!("stopping the control plane");
+    // Each firewall before its node.
+    drop(firewalls);
+    drop(real_nodes);
     Ok(())
 }
 

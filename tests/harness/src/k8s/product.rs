@@ -60,8 +60,8 @@ pub struct ProductOptions<'a> {
     /// leader election, its ServiceAccount, webhooks through its Service) on the real nodes,
     /// from an image of this build's binary. Needs `real_nodes`.
     pub operator_in_cluster: bool,
-    /// NetworkPolicies enforced by the network plugin's firewall (kube-router) on the one real
-    /// node (`real_nodes` of one zone); the test waits for the machine's one firewall.
+    /// NetworkPolicies enforced by the network plugin's firewall (kube-router) on every real
+    /// node.
     pub enforce_network_policies: bool,
 }
 
@@ -94,8 +94,9 @@ pub enum Nodes {
 
 /// The operator, its control plane and its nodes, all stopped when dropped.
 pub struct Product {
-    /// kube-router's firewall when NetworkPolicies are enforced, held until the end.
-    _firewall: Option<testenv::Firewall>,
+    /// kube-router's firewall on each real node when NetworkPolicies are enforced, held until
+    /// the end.
+    _firewalls: Vec<testenv::Firewall>,
     // Dropped early: the nodes stop their Pods before the API server goes.
     pub nodes: Nodes,
     /// The operator process on the host; `None` when it runs in the cluster.
@@ -134,11 +135,13 @@ impl Product {
             "an operator in the cluster needs real nodes to run on"
         );
         assert!(
-            !enforce_network_policies || real_nodes.len() == 1,
-            "the firewall guards one real node's Pods (testenv::Firewall says why)"
+            !enforce_network_policies || !real_nodes.is_empty(),
+            "NetworkPolicies are enforced on real nodes"
         );
         let (mut plane, helm) = control_plane_with_crds_from(ControlPlaneOptions {
-            reachable_from_pods: operator_in_cluster,
+            // Real nodes live in network namespaces of their own: the host's loopback is not
+            // theirs.
+            reachable_from_pods: !real_nodes.is_empty(),
             ..Default::default()
         })
         .await;
@@ -181,9 +184,9 @@ impl Product {
             }
             Nodes::Real(started)
         };
-        let firewall = firewall(&plane, &nodes, enforce_network_policies).await;
+        let firewalls = firewalls(&plane, &nodes, enforce_network_policies).await;
         Self {
-            _firewall: firewall,
+            _firewalls: firewalls,
             nodes,
             operator: Some(operator),
             identity,
@@ -239,7 +242,7 @@ impl Product {
         }
         let nodes = Nodes::Real(nodes);
         let product = Self {
-            _firewall: firewall(&plane, &nodes, enforce_network_policies).await,
+            _firewalls: firewalls(&plane, &nodes, enforce_network_policies).await,
             nodes,
             operator: None,
             identity,
@@ -324,6 +327,15 @@ impl Product {
             .pod_process(namespace, pod)
             .and_then(|p| p.pid)
             .unwrap_or_else(|| panic!("no running server for Pod {namespace}/{pod}"))
+    }
+
+    /// The Pods of `namespace` that `selector` (a label selector) picks, as the API returns them.
+    pub fn pods_labelled(&self, namespace: &str, selector: &str) -> Vec<Value> {
+        let list = get_json(
+            &self.plane,
+            &["get", "pods", "-n", namespace, "-l", selector, "-o", "json"],
+        );
+        list["items"].as_array().cloned().unwrap_or_default()
     }
 
     /// The real node a Pod runs on and its first container's host pid.
@@ -643,18 +655,21 @@ impl Product {
     }
 }
 
-/// kube-router's firewall for the one real node, when asked for.
-async fn firewall(
+/// kube-router's firewall on every real node, when asked for.
+async fn firewalls(
     plane: &ControlPlane,
     nodes: &Nodes,
     enforce_network_policies: bool,
-) -> Option<testenv::Firewall> {
-    match nodes {
-        Nodes::Real(nodes) if enforce_network_policies => {
-            Some(testenv::Firewall::start(plane, &nodes[0]).await.unwrap())
+) -> Vec<testenv::Firewall> {
+    let mut firewalls = Vec::new();
+    if let Nodes::Real(nodes) = nodes
+        && enforce_network_policies
+    {
+        for node in nodes {
+            firewalls.push(testenv::Firewall::start(plane, node).await.unwrap());
         }
-        _ => None,
     }
+    firewalls
 }
 
 impl Drop for Product {

@@ -1,43 +1,233 @@
-//! What a real node takes from the host, and how it is given back: the bridge that leases its
-//! subnet, its cgroup root, the containers' processes, the mounts under its folder, the
-//! network namespaces of its Pods. Giving back is best effort: it reports nothing and never
-//! panics, as it runs in `Drop`, also while a test panics.
+//! What a real node takes from the host, and how it is given back: the network namespace that
+//! leases its subnet (with its bridge and its link to the host), its cgroup root, the
+//! containers' processes, the mounts under its folder, the network namespaces of its Pods.
+//! Giving back is best effort: it reports nothing and never panics, as it runs in `Drop`, also
+//! while a test panics.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::Error;
 
-/// Bridges are named after their subnet's third octet.
+/// A node's network namespace, `vo-nodeN`, named after its subnet's third octet.
+pub fn namespace_name(subnet: u8) -> String {
+    format!("vo-node{subnet}")
+}
+
+/// The node's bridge, `vo-brN`, inside its namespace.
 pub fn bridge_name(subnet: u8) -> String {
     format!("vo-br{subnet}")
 }
 
-/// Creates the first free bridge `vo-brN` (N in 1..=254) with the host's address
-/// `198.18.N.1/24`: creating it is the lease (a second caller gets "File exists").
-pub fn lease_bridge() -> Result<u8, Error> {
+/// The host's end of the link to node N, `vo-hN`.
+fn host_link(subnet: u8) -> String {
+    format!("vo-h{subnet}")
+}
+
+/// The host's address on its link to node N, `198.19.0.N`: the source of everything the host
+/// sends the node (the API server, an operator or client on the host).
+fn host_address(subnet: u8) -> String {
+    format!("198.19.0.{subnet}")
+}
+
+/// The node's end of that link, `198.19.255.N`.
+fn node_link_address(subnet: u8) -> String {
+    format!("198.19.255.{subnet}")
+}
+
+/// Creates the first free network namespace `vo-nodeN` (N in 1..=254; creating it is the lease
+/// on the subnet: a second caller gets "File exists") and wires it: a link to the host, the
+/// bridge `vo-brN` with the node's address `198.18.N.1/24`, and the host's route to the Pods.
+pub fn lease_node_network() -> Result<u8, Error> {
     for subnet in 1..=254u8 {
-        let bridge = bridge_name(subnet);
-        let created = ip(&["link", "add", &bridge, "type", "bridge"])?;
-        if !created {
-            continue;
+        let namespace = namespace_name(subnet);
+        if !ip(&["netns", "add", &namespace])? {
+            if !abandoned(&namespace) {
+                continue;
+            }
+            release_node_network(subnet);
+            if !ip(&["netns", "add", &namespace])? {
+                continue;
+            }
         }
-        let address = format!("198.18.{subnet}.1/24");
-        if ip(&["addr", "add", &address, "dev", &bridge])? && ip(&["link", "set", &bridge, "up"])? {
-            return Ok(subnet);
-        }
-        release_bridge(subnet);
-        return Err(Error::Binaries(format!(
-            "could not give bridge {bridge} the address {address}"
-        )));
+        return match wire(subnet) {
+            Ok(()) => Ok(subnet),
+            Err(error) => {
+                release_node_network(subnet);
+                Err(error)
+            }
+        };
     }
     Err(Error::Binaries(
-        "no free bridge vo-br1..vo-br254 for a test node".into(),
+        "no free network namespace vo-node1..vo-node254 for a test node".into(),
     ))
 }
 
-pub fn release_bridge(subnet: u8) {
-    let _ = ip(&["link", "del", &bridge_name(subnet)]);
+/// The host reaches the Pods through the node, and the node reaches everything else (the API
+/// server, other nodes' Pods) through the host. The host's address is local in the node too,
+/// routed back to the host: to the node's firewall, the host is the node itself, as it was
+/// when every node lived in the host's namespace (kube-router lets its node's own packets in),
+/// so an operator or client on the host is let in as a process on the node would be.
+fn wire(subnet: u8) -> Result<(), Error> {
+    let namespace = namespace_name(subnet);
+    let (link, bridge) = (host_link(subnet), bridge_name(subnet));
+    let (host, node) = (host_address(subnet), node_link_address(subnet));
+    let pods = format!("198.18.{subnet}.0/24");
+    let node_address = format!("198.18.{subnet}.1/24");
+    let on_host: [&[&str]; 4] = [
+        &[
+            "link", "add", &link, "type", "veth", "peer", "name", "eth0", "netns", &namespace,
+        ],
+        &[
+            "addr",
+            "add",
+            &format!("{host}/32"),
+            "peer",
+            &format!("{node}/32"),
+            "dev",
+            &link,
+        ],
+        &["link", "set", &link, "up"],
+        &[
+            "route", "add", &pods, "via", &node, "dev", &link, "src", &host,
+        ],
+    ];
+    let in_node: [&[&str]; 12] = [
+        &["link", "set", "lo", "up"],
+        &[
+            "addr",
+            "add",
+            &format!("{node}/32"),
+            "peer",
+            &format!("{host}/32"),
+            "dev",
+            "eth0",
+        ],
+        &["link", "set", "eth0", "up"],
+        &["route", "add", "default", "via", &host],
+        &["link", "add", &bridge, "type", "bridge"],
+        &["addr", "add", &node_address, "dev", &bridge],
+        &["link", "set", &bridge, "up"],
+        // The host's address, local here, and a table of its own that routes it to the host,
+        // looked up before the local table.
+        &["addr", "add", &format!("{host}/32"), "dev", "lo"],
+        &[
+            "route",
+            "add",
+            &format!("{host}/32"),
+            "dev",
+            "eth0",
+            "table",
+            "100",
+        ],
+        &[
+            "rule",
+            "add",
+            "pref",
+            "10",
+            "to",
+            &format!("{host}/32"),
+            "lookup",
+            "100",
+        ],
+        &["rule", "add", "pref", "20", "lookup", "local"],
+        &["rule", "del", "pref", "0", "lookup", "local"],
+    ];
+    for args in on_host {
+        must_ip(args)?;
+    }
+    for args in in_node {
+        let mut all = vec!["-n", namespace.as_str()];
+        all.extend_from_slice(args);
+        must_ip(&all)?;
+    }
+    // Connection tracking from the start, as on any node whose kube-proxy or CNI uses it: the
+    // kernel tracks a namespace's connections only once a rule there asks for it, and a
+    // firewall started later would take the replies of connections made before it (a Pod's
+    // watch on the API server) for new ones, and refuse them. This rule asks, and does nothing.
+    run_checked(
+        in_node_network(subnet, "iptables"),
+        &[
+            "-w",
+            "-t",
+            "mangle",
+            "-A",
+            "PREROUTING",
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "INVALID",
+            "-j",
+            "RETURN",
+        ],
+    )?;
+    // Forwarding between the bridge and the link; the host's packets come in with a source
+    // that is local here (accept_local) and are not checked against the reverse path.
+    let sysctl = in_node_network(subnet, "sysctl");
+    run_checked(
+        sysctl,
+        &[
+            "-qw",
+            "net.ipv4.ip_forward=1",
+            "net.ipv4.conf.all.rp_filter=0",
+            "net.ipv4.conf.eth0.rp_filter=0",
+            "net.ipv4.conf.eth0.accept_local=1",
+            "net.bridge.bridge-nf-call-iptables=1",
+        ],
+    )
+}
+
+/// A node's namespace that a killed test left behind (its `Drop` never ran): no process in it
+/// for an hour since it was made. A live node always has its kubelet and containerd there.
+fn abandoned(namespace: &str) -> bool {
+    let made = std::fs::metadata(format!("/run/netns/{namespace}")).and_then(|m| m.modified());
+    let old = made.is_ok_and(|made| {
+        made.elapsed()
+            .is_ok_and(|age| age > std::time::Duration::from_secs(3600))
+    });
+    let empty = Command::new("ip")
+        .args(["netns", "pids", namespace])
+        .output()
+        .is_ok_and(|out| out.status.success() && out.stdout.is_empty());
+    old && empty
+}
+
+/// Removes node N's link (and so the host's route) and its namespace (and so its bridge, once
+/// no process is left in it); best effort.
+pub fn release_node_network(subnet: u8) {
+    let _ = ip(&["link", "del", &host_link(subnet)]);
+    let _ = ip(&["netns", "del", &namespace_name(subnet)]);
+}
+
+/// `program` run in node N's network namespace (and nothing else's: the kubelet and containerd
+/// must share the host's mounts, so `nsenter --net`, not `ip netns exec`).
+pub fn in_node_network(subnet: u8, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new("nsenter");
+    command
+        .arg(format!("--net=/run/netns/{}", namespace_name(subnet)))
+        .arg("--")
+        .arg(program);
+    command
+}
+
+fn must_ip(args: &[&str]) -> Result<(), Error> {
+    run_checked(Command::new("ip"), args)
+}
+
+fn run_checked(mut command: Command, args: &[&str]) -> Result<(), Error> {
+    let output = command
+        .args(args)
+        .output()
+        .map_err(Error::io(format!("running {:?}", command.get_program())))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(Error::Binaries(format!(
+        "{} {}: {}",
+        command.get_program().to_string_lossy(),
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr).trim()
+    )))
 }
 
 /// The address an API server binds for Pods to reach, `198.19.M.1` (M in 1..=254): leased by

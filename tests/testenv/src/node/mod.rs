@@ -1,17 +1,20 @@
 //! A real node on this machine: a kubelet built from the same Kubernetes module as the API
-//! server, its own containerd (Debian's, with runc) and the CNI reference plugins, Pods in
-//! their own network namespaces on a bridge of 198.18.N.0/24 (RFC 2544's benchmarking range:
-//! neither private nor public) that the host routes to. What the test kubelet only imitates
+//! server, its own containerd (Debian's, with runc) and the CNI reference plugins, all in a
+//! network namespace of the node's own, Pods in theirs on the node's bridge of 198.18.N.0/24
+//! (RFC 2544's benchmarking range: neither private nor public) that the host routes to. What the test kubelet only imitates
 //! happens here for real: the image's user and file modes, the read-only root, probes,
 //! SIGTERM and grace periods, evictions, addresses handed out again.
 //!
 //! Each node is a folder (containerd's root and state, the kubelet's root, the CNI config and
-//! address leases, the image archives), a bridge `vo-brN` whose creation is the lease on the
-//! subnet (two tests never pick the same one), and a cgroup root of its own. Dropping the
+//! address leases, the image archives), a network namespace `vo-nodeN` whose creation is the
+//! lease on the subnet (two tests never pick the same one) holding the bridge `vo-brN` and a
+//! link to the host, and a cgroup root of its own. Its own namespace gives each node its own
+//! iptables, so each can run a firewall of its own. Dropping the
 //! node kills every container it ran and removes all of it.
 
 pub mod fault;
 pub mod firewall;
+pub mod from_pod;
 pub(crate) mod host;
 pub mod image;
 
@@ -98,10 +101,7 @@ impl RealNode {
             .prefix("testenv-node-")
             .tempdir()
             .map_err(Error::io("creating a node folder"))?;
-        tokio::task::spawn_blocking(firewall::clear_unless_running)
-            .await
-            .map_err(|e| Error::Binaries(e.to_string()))??;
-        let subnet = host::lease_bridge()?;
+        let subnet = host::lease_node_network()?;
         let mut node = RealNode {
             name: options.name.clone(),
             subnet,
@@ -123,7 +123,7 @@ impl RealNode {
         &self.name
     }
 
-    /// The node's address on its bridge (the Pods' gateway), `198.18.N.1`.
+    /// The node's address on its bridge (the Pods' gateway, the kubelet's), `198.18.N.1`.
     pub fn address(&self) -> String {
         format!("{POD_NETWORK_PREFIX}.{}.1", self.subnet)
     }
@@ -145,6 +145,11 @@ impl RealNode {
 
     fn bridge(&self) -> String {
         host::bridge_name(self.subnet)
+    }
+
+    /// `program` run in this node's network namespace.
+    pub(crate) fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        host::in_node_network(self.subnet, program)
     }
 
     fn socket(&self) -> PathBuf {
@@ -189,7 +194,7 @@ impl RealNode {
     }
 
     /// The bridge plugin on this node's bridge, addresses from host-local; Pods route
-    /// through the host's address on the bridge.
+    /// through the node's address on the bridge.
     fn write_cni_config(&self) -> Result<(), Error> {
         let conf_dir = self.dir().join("cni");
         std::fs::create_dir_all(&conf_dir).map_err(Error::io("creating the CNI config folder"))?;
@@ -205,8 +210,8 @@ impl RealNode {
                 "ipam": {
                     "type": "host-local",
                     "ranges": [[{"subnet": self.pod_subnet(), "gateway": self.address()}]],
-                    // The default route through the host: other nodes' Pods are on other
-                    // bridges (isGateway only gives the bridge its address).
+                    // The default route through the node: other nodes' Pods are behind the
+                    // host (isGateway only gives the bridge its address).
                     "routes": [{"dst": "0.0.0.0/0"}],
                     "dataDir": self.dir().join("cni-leases"),
                 },
@@ -250,7 +255,7 @@ state = "{state}"
         );
         let path = dir.join("containerd.toml");
         std::fs::write(&path, config).map_err(Error::io(format!("writing {}", path.display())))?;
-        let mut command = Command::new("containerd");
+        let mut command = self.command("containerd");
         command.arg("--config").arg(&path);
         let guard = ProcessGuard::spawn("containerd", command, &dir.join("containerd.log"))
             .map_err(Error::io("starting containerd"))?;
@@ -349,7 +354,7 @@ state = "{state}"
             "imageGCHighThresholdPercent": 100,
             "serializeImagePulls": false,
             "nodeStatusUpdateFrequency": "2s",
-            // Nothing here relies on iptables; the host's rules stay as they were.
+            // Nothing here relies on iptables; a firewall's are the only rules in the node.
             "makeIPTablesUtilChains": false,
             // Its own: a kubelet removes every Pod log folder of a Pod it does not run, so
             // nodes sharing /var/log/pods deleted each other's logs (`kubectl logs` failed).
@@ -362,7 +367,7 @@ state = "{state}"
         if let Some(zone) = &options.zone {
             labels.push_str(&format!(",topology.kubernetes.io/zone={zone}"));
         }
-        let mut command = Command::new(plane.bin_dir().join("kubelet"));
+        let mut command = self.command(plane.bin_dir().join("kubelet"));
         command
             .arg(format!("--config={}", path.display()))
             .arg(format!(
@@ -431,7 +436,7 @@ impl Drop for RealNode {
         host::unmount_under(self.dir.path());
         host::remove_network_namespaces(&self.pod_subnet());
         host::remove_cgroups(&self.cgroup_root());
-        host::release_bridge(self.subnet);
+        host::release_node_network(self.subnet);
     }
 }
 
