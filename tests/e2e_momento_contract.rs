@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use harness::eventually;
 use harness::k8s::chart::get_json;
-use harness::k8s::manifest::Manifest;
+use harness::k8s::manifest::{MOMENTO_NETWORK_POLICY, Manifest};
 use harness::k8s::{ClusterWatch, IMAGES, Product, converged};
 use harness::valkey::config_get;
 use serde_json::Value;
@@ -45,43 +45,6 @@ spec:
   imageRef: valkey-9-0-0
   resources: {cpu: 200m, memory: 256Mi}
   valkey: {maxmemory: 128mb, save: ""}
-"#;
-
-/// Momento's worked example from `security/networking.md`, as it is printed there.
-const MOMENTO_NETWORK_POLICY: &str = r#"
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata:
-  name: valkey-ingress
-  namespace: my-app
-spec:
-  podSelector:
-    matchLabels:
-      app.kubernetes.io/name: valkey
-  policyTypes: ["Ingress"]
-  ingress:
-    - from:
-        - podSelector:
-            matchLabels:
-              valkey-client: "true"
-      ports:
-        - port: 6379
-    - from:
-        - namespaceSelector:
-            matchLabels:
-              kubernetes.io/metadata.name: valkey-operator
-          podSelector:
-            matchLabels:
-              app: valkey-operator
-      ports:
-        - port: 6379
-    - from:
-        - podSelector:
-            matchLabels:
-              app.kubernetes.io/name: valkey
-      ports:
-        - port: 6379
-        - port: 16379
 "#;
 
 fn json(product: &Product, args: &[&str]) -> Value {

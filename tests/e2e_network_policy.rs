@@ -1,12 +1,14 @@
-//! The NetworkPolicy the operator writes for each cluster, proven by packets: a real node whose
-//! network plugin enforces NetworkPolicies (kube-router's firewall, `testenv::Firewall`), and
-//! TCP connections made from inside Pods' network namespaces, as a tenant's Pod would make them.
+//! The NetworkPolicy the operator writes for each cluster, proven by packets: real nodes whose
+//! network plugin enforces NetworkPolicies (kube-router's firewall on each, `testenv::Firewall`),
+//! and TCP connections made from inside Pods' network namespaces, as a tenant's Pod would make
+//! them, to Pods on its own node and on the other.
 //!
 //! The cluster's policy: the bus port only from the cluster's own Pods; the client port from the
 //! cluster's namespace, the operator and the peers of `spec.network.allowedClients`. The chart's
 //! policy for the operator: its HTTPS port from `networkPolicy.ingressFrom`, its probes' port
 //! from no Pod. The node itself (the kubelet, the API server, an operator on the host) is always
-//! let in, as kube-router lets in traffic from its own node.
+//! let in, as kube-router lets in traffic from its own node. And Momento's worked policy
+//! (`security/networking.md`), applied as printed beside the operator's, lets in what it says.
 
 use std::net::SocketAddr;
 use std::sync::LazyLock;
@@ -14,9 +16,8 @@ use std::time::Duration;
 
 use harness::eventually;
 use harness::k8s::chart::{CHART, NAMESPACE, RELEASE};
-use harness::k8s::manifest::Manifest;
+use harness::k8s::manifest::{MOMENTO_NETWORK_POLICY, Manifest};
 use harness::k8s::{IMAGES, Product, ProductOptions};
-use serde_json::Value;
 use valkey_operator::api::labels;
 
 const CLIENT_PORT: u16 = 6379;
@@ -38,11 +39,7 @@ static FLEET: LazyLock<String> = LazyLock::new(|| {
 /// A cluster's Pods: (name, address), the primary's first once its role label says so.
 fn pods(product: &Product, namespace: &str, cluster: &str) -> Vec<(String, String)> {
     let primary = primary_of(product, namespace, cluster);
-    let list = pods_labelled(
-        product,
-        namespace,
-        &format!("{}={cluster}", labels::CLUSTER),
-    );
+    let list = product.pods_labelled(namespace, &format!("{}={cluster}", labels::CLUSTER));
     let mut pods: Vec<(bool, String, String)> = list
         .iter()
         .map(|pod| {
@@ -64,19 +61,20 @@ fn pods(product: &Product, namespace: &str, cluster: &str) -> Vec<(String, Strin
 /// The Pod the operator labels its cluster's primary, if one is.
 fn primary_of(product: &Product, namespace: &str, cluster: &str) -> Option<String> {
     let selector = format!("{}={cluster},{}=primary", labels::CLUSTER, labels::ROLE);
-    let list = pods_labelled(product, namespace, &selector);
+    let list = product.pods_labelled(namespace, &selector);
     match &list[..] {
         [one] => one["metadata"]["name"].as_str().map(String::from),
         _ => None,
     }
 }
 
-fn pods_labelled(product: &Product, namespace: &str, selector: &str) -> Vec<Value> {
-    let list = harness::k8s::chart::get_json(
+/// The address of the node Pod `name` runs on.
+fn node_of(product: &Product, namespace: &str, name: &str) -> String {
+    let pod = harness::k8s::chart::get_json(
         &product.plane,
-        &["get", "pods", "-n", namespace, "-l", selector, "-o", "json"],
+        &["get", "pod", name, "-n", namespace, "-o", "json"],
     );
-    list["items"].as_array().cloned().unwrap_or_default()
+    pod["status"]["hostIP"].as_str().unwrap_or_default().into()
 }
 
 /// Whether Pod `from` (in `namespace`) connects to `address:port`.
@@ -115,9 +113,9 @@ async fn settles(
 }
 
 #[tokio::test]
-async fn the_clusters_policy_holds_by_packets_on_a_node_that_enforces_it() {
+async fn the_clusters_policy_holds_by_packets_on_nodes_that_enforce_it() {
     let product = Product::start_with(ProductOptions {
-        real_nodes: &["a"],
+        real_nodes: &["a", "b"],
         enforce_network_policies: true,
         ..Default::default()
     })
@@ -145,12 +143,19 @@ async fn the_clusters_policy_holds_by_packets_on_a_node_that_enforces_it() {
         },
     )
     .await;
-    let [(_, primary), (replica, _)] = &orders[..] else {
+    let [(_, primary), (replica, replica_address)] = &orders[..] else {
         panic!("orders should run a primary and a replica: {orders:?}");
     };
     let cache = pods(&product, "team-a", "cache")[0].0.clone();
     let search = pods(&product, "team-b", "search")[0].0.clone();
     let (team_a, team_b) = ("team-a", "team-b");
+    let search_node = node_of(&product, team_b, &search);
+    assert!(
+        orders
+            .iter()
+            .any(|(name, _)| node_of(&product, team_a, name) != search_node),
+        "search and both of orders' Pods on one node: no packet would cross nodes"
+    );
 
     // The cluster's own replica reaches its primary's bus port and client port.
     settles(&product, (team_a, replica), (primary, BUS_PORT), true).await;
@@ -158,9 +163,22 @@ async fn the_clusters_policy_holds_by_packets_on_a_node_that_enforces_it() {
     // A neighbour in the namespace is a client, not a member.
     settles(&product, (team_a, &cache), (primary, CLIENT_PORT), true).await;
     settles(&product, (team_a, &cache), (primary, BUS_PORT), false).await;
-    // Another team reaches neither port.
+    // Another team reaches neither port of either Pod (one of which is on the other node).
+    for address in [primary, replica_address] {
+        settles(&product, (team_b, &search), (address, CLIENT_PORT), false).await;
+        settles(&product, (team_b, &search), (address, BUS_PORT), false).await;
+    }
+
+    // Momento's worked policy, as printed, in team-a: NetworkPolicies add up, and it lets every
+    // Valkey Pod of the namespace in on the bus port, so cache (another cluster beside orders)
+    // now reaches orders' bus; another team still reaches nothing. Removed, the bus is the
+    // members' again.
+    product.apply(&MOMENTO_NETWORK_POLICY.replace("namespace: my-app", "namespace: team-a"));
+    settles(&product, (team_a, &cache), (primary, BUS_PORT), true).await;
     settles(&product, (team_b, &search), (primary, CLIENT_PORT), false).await;
     settles(&product, (team_b, &search), (primary, BUS_PORT), false).await;
+    product.kubectl(&["delete", "networkpolicy", "valkey-ingress", "-n", team_a]);
+    settles(&product, (team_a, &cache), (primary, BUS_PORT), false).await;
 
     // Once `allowedClients` names team-b, its Pods are clients too; the bus stays the members'.
     product.patch(
@@ -170,8 +188,10 @@ async fn the_clusters_policy_holds_by_packets_on_a_node_that_enforces_it() {
             {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "team-b"}}}
         ]}}}"#,
     );
-    settles(&product, (team_b, &search), (primary, CLIENT_PORT), true).await;
-    settles(&product, (team_b, &search), (primary, BUS_PORT), false).await;
+    for address in [primary, replica_address] {
+        settles(&product, (team_b, &search), (address, CLIENT_PORT), true).await;
+        settles(&product, (team_b, &search), (address, BUS_PORT), false).await;
+    }
 }
 
 /// The chart's policy for the operator: its HTTPS port open to anyone by default (where the API
@@ -200,7 +220,7 @@ async fn the_operators_port_narrowed_to_the_api_server_refuses_a_teams_pod() {
         .await;
     let team_pod = pods(&product, "team-a", "orders")[0].0.clone();
     let from = ("team-a", team_pod.as_str());
-    let operator = pods_labelled(&product, NAMESPACE, "app=valkey-operator");
+    let operator = product.pods_labelled(NAMESPACE, "app=valkey-operator");
     let operator = operator[0]["status"]["podIP"].as_str().unwrap().to_string();
 
     settles(&product, from, (&operator, 8443), true).await;

@@ -68,6 +68,44 @@ impl Manifest {
     }
 }
 
+/// Momento's worked NetworkPolicy from `security/networking.md`, as it is printed there (in
+/// namespace `my-app`).
+pub const MOMENTO_NETWORK_POLICY: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: valkey-ingress
+  namespace: my-app
+spec:
+  podSelector:
+    matchLabels:
+      app.kubernetes.io/name: valkey
+  policyTypes: ["Ingress"]
+  ingress:
+    - from:
+        - podSelector:
+            matchLabels:
+              valkey-client: "true"
+      ports:
+        - port: 6379
+    - from:
+        - namespaceSelector:
+            matchLabels:
+              kubernetes.io/metadata.name: valkey-operator
+          podSelector:
+            matchLabels:
+              app: valkey-operator
+      ports:
+        - port: 6379
+    - from:
+        - podSelector:
+            matchLabels:
+              app.kubernetes.io/name: valkey
+      ports:
+        - port: 6379
+        - port: 16379
+"#;
+
 #[cfg(test)]
 mod tests {
     use super::*;
