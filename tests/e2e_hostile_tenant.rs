@@ -142,6 +142,19 @@ fn replication_password(product: &Product) -> String {
         .to_string()
 }
 
+/// `valkey-cli`'s arguments to log in to `address` as the replication user.
+fn replication_login<'a>(address: &'a str, password: &'a str) -> [&'a str; 7] {
+    [
+        "-h",
+        address,
+        "--user",
+        REPLICATION_USER,
+        "--pass",
+        password,
+        "--no-auth-warning",
+    ]
+}
+
 /// A Secret's value as text.
 fn decode(value: &Value) -> String {
     let bytes: ByteString = serde_json::from_value(value.clone()).unwrap();
@@ -187,15 +200,7 @@ async fn with_every_password_she_reads_a_team_announces_no_address_of_its_own() 
     let (search, search_ip) = only_pod(&product, "team-b", "search");
     let from = ("team-b", search.as_str());
     let password = replication_password(&product);
-    let login = [
-        "-h",
-        &search_ip,
-        "--user",
-        REPLICATION_USER,
-        "--pass",
-        &password,
-        "--no-auth-warning",
-    ];
+    let login = replication_login(&search_ip, &password);
 
     // It logs in: the password is real.
     let (_, answer) = cli_in(&product, from, &[&login[..], &["PING"]].concat());
@@ -360,18 +365,7 @@ async fn her_pod_flooding_the_operators_port_keeps_out_no_platform_edit() {
 
     // The platform's edits, through the webhook (failurePolicy: Fail): one refused in the
     // webhook's own words, one admitted.
-    let (accepted, said) = product.try_kubectl(
-        &["apply", "--dry-run=server", "-f", "-"],
-        Some(
-            "apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyImage\n\
-             metadata: {name: valkey-8-1-4}\n\
-             spec: {repository: valkey/valkey, tag: \"8.1.4\", version: \"8.1.4\"}\n",
-        ),
-    );
-    assert!(
-        !accepted && said.contains("below the Valkey 9 floor"),
-        "an 8.1.4 image during the flood:\n{said}"
-    );
+    product.assert_webhook_answers("during the flood");
     product.patch(
         "valkeyconfig/shared",
         None,
@@ -423,26 +417,20 @@ async fn her_key_named_past_the_reply_limit_costs_the_operator_little_memory_and
         "*3\r\n$3\r\nSET\r\n${}\r\n{name}\r\n$1\r\nv\r\n",
         name.len()
     );
+    let exec = [
+        "--as",
+        "alice",
+        "exec",
+        "-i",
+        "-n",
+        "team-b",
+        &search,
+        "--",
+        "valkey-cli",
+    ];
+    let login = replication_login(&search_ip, &password);
     let (wrote, said) = product.try_kubectl(
-        &[
-            "--as",
-            "alice",
-            "exec",
-            "-i",
-            "-n",
-            "team-b",
-            &search,
-            "--",
-            "valkey-cli",
-            "-h",
-            &search_ip,
-            "--user",
-            REPLICATION_USER,
-            "--pass",
-            &password,
-            "--no-auth-warning",
-            "--pipe",
-        ],
+        &[&exec[..], &login, &["--pipe"]].concat(),
         Some(command.as_str()),
     );
     assert!(wrote && said.contains("errors: 0, replies: 1"), "{said}");

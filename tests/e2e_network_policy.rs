@@ -250,18 +250,7 @@ async fn the_operators_port_narrowed_to_the_api_server_refuses_a_teams_pod() {
     settles(&product, from, (&operator, 8081), false).await;
 
     // The webhook still answers the API server: the operator's own refusal, not a timeout.
-    let (accepted, output) = product.try_kubectl(
-        &["apply", "--dry-run=server", "-f", "-"],
-        Some(
-            "apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyImage\n\
-             metadata: {name: valkey-8-1-4}\n\
-             spec: {repository: valkey/valkey, tag: \"8.1.4\", version: \"8.1.4\"}\n",
-        ),
-    );
-    assert!(
-        !accepted && output.contains("below the Valkey 9 floor"),
-        "an 8.1.4 image with the operator's port narrowed:\n{output}"
-    );
+    product.assert_webhook_answers("with the operator's port narrowed");
     // And the kubelet's probes still reach both replicas, over a few probe periods.
     for _ in 0..15 {
         let ready = harness::k8s::chart::get_json(

@@ -644,18 +644,7 @@ async fn the_operator_installed_by_helm_finishes_a_roll_after_its_leading_pod_is
     );
 
     // The webhooks answer through the Service: the operator's refusal, not the API server's.
-    let (accepted, output) = product.try_kubectl(
-        &["apply", "--dry-run=server", "-f", "-"],
-        Some(
-            "apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyImage\n\
-             metadata: {name: valkey-8-1-4}\n\
-             spec: {repository: valkey/valkey, tag: \"8.1.4\", version: \"8.1.4\"}\n",
-        ),
-    );
-    assert!(
-        !accepted && output.contains("below the Valkey 9 floor"),
-        "an 8.1.4 image through the webhook's Service:\n{output}"
-    );
+    product.assert_webhook_answers("through the webhook's Service");
 
     product.apply(IMAGES);
     product.apply(&fleet("carts", 3));

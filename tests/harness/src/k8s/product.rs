@@ -329,6 +329,24 @@ impl Product {
             .unwrap_or_else(|| panic!("no running server for Pod {namespace}/{pod}"))
     }
 
+    /// Asks the API server to admit an 8.1.4 ValkeyImage (a dry run) and checks that the
+    /// operator's webhook answered: a refusal in its own words, not the API server's timeout.
+    /// `when` says in what circumstances, for the failure message.
+    pub fn assert_webhook_answers(&self, when: &str) {
+        let (accepted, output) = self.try_kubectl(
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(
+                "apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyImage\n\
+                 metadata: {name: valkey-8-1-4}\n\
+                 spec: {repository: valkey/valkey, tag: \"8.1.4\", version: \"8.1.4\"}\n",
+            ),
+        );
+        assert!(
+            !accepted && output.contains("below the Valkey 9 floor"),
+            "an 8.1.4 image {when}:\n{output}"
+        );
+    }
+
     /// The Pods of `namespace` that `selector` (a label selector) picks, as the API returns them.
     pub fn pods_labelled(&self, namespace: &str, selector: &str) -> Vec<Value> {
         let list = get_json(
