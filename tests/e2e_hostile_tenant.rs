@@ -252,7 +252,8 @@ async fn rolls_past_her(product: &Product, mut attack: impl FnMut(&Product)) -> 
             "her cluster halted the platform's rollout: {}",
             config["status"]
         );
-        if took.is_none() && all_on(product, "team-a", "orders", "9.1.2") {
+        let orders = product.cluster("team-a", "orders");
+        if took.is_none() && harness::k8s::converged(&orders, "9.1.2") {
             took = Some(started.elapsed());
         }
         if let (Some(took), Some(said)) = (took, &hers_said) {
@@ -267,16 +268,6 @@ async fn rolls_past_her(product: &Product, mut attack: impl FnMut(&Product)) -> 
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-/// Whether every live ValkeyNode of a cluster runs `version`.
-fn all_on(product: &Product, namespace: &str, cluster: &str, version: &str) -> bool {
-    let nodes = product.valkey_nodes(namespace, cluster);
-    let ours: Vec<&Value> = nodes
-        .iter()
-        .filter(|node| node["metadata"]["deletionTimestamp"].is_null())
-        .collect();
-    !ours.is_empty() && ours.iter().all(|node| node["spec"]["version"] == version)
 }
 
 #[tokio::test]
@@ -442,10 +433,9 @@ async fn her_key_named_past_the_reply_limit_costs_the_operator_little_memory_and
 
     // She asks for a second shard: on 9.0 the operator moves her key's slot key by key, and the
     // node's answer naming the keys is past the limit.
-    let operator = product.operator().pid();
-    let before = status_kib(operator, "VmRSS");
-    // Resets the operator's peak (VmHWM) to what it holds now.
-    std::fs::write(format!("/proc/{operator}/clear_refs"), "5").unwrap();
+    let operator = product.operator();
+    let before = operator.resident_kib().unwrap();
+    operator.reset_peak_resident().unwrap();
     let (grown, said) = as_alice(
         &product,
         &[
@@ -474,7 +464,7 @@ async fn her_key_named_past_the_reply_limit_costs_the_operator_little_memory_and
         },
     )
     .await;
-    let peak = status_kib(operator, "VmHWM");
+    let peak = operator.peak_resident_kib().unwrap();
     println!(
         "a {} MiB key name: the operator's peak {peak} KiB, {} KiB over what it held before \
          ({before} KiB); her cluster says: {said}",
@@ -495,14 +485,4 @@ async fn her_key_named_past_the_reply_limit_costs_the_operator_little_memory_and
         "{}",
         orders["status"]
     );
-}
-
-/// A `/proc/<pid>/status` figure in KiB (`VmRSS`, `VmHWM`).
-fn status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(&format!("{field}:")))
-        .and_then(|rest| rest.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }

@@ -68,15 +68,6 @@ fn primary_of(product: &Product, namespace: &str, cluster: &str) -> Option<Strin
     }
 }
 
-/// The address of the node Pod `name` runs on.
-fn node_of(product: &Product, namespace: &str, name: &str) -> String {
-    let pod = harness::k8s::chart::get_json(
-        &product.plane,
-        &["get", "pod", name, "-n", namespace, "-o", "json"],
-    );
-    pod["status"]["hostIP"].as_str().unwrap_or_default().into()
-}
-
 /// Whether Pod `from` (in `namespace`) connects to `address:port`.
 fn reaches(product: &Product, (namespace, from): (&str, &str), address: &str, port: u16) -> bool {
     let (_, pid) = product.container(namespace, from);
@@ -149,11 +140,11 @@ async fn the_clusters_policy_holds_by_packets_on_nodes_that_enforce_it() {
     let cache = pods(&product, "team-a", "cache")[0].0.clone();
     let search = pods(&product, "team-b", "search")[0].0.clone();
     let (team_a, team_b) = ("team-a", "team-b");
-    let search_node = node_of(&product, team_b, &search);
+    let search_node = product.container(team_b, &search).0.name();
     assert!(
         orders
             .iter()
-            .any(|(name, _)| node_of(&product, team_a, name) != search_node),
+            .any(|(name, _)| product.container(team_a, name).0.name() != search_node),
         "search and both of orders' Pods on one node: no packet would cross nodes"
     );
 

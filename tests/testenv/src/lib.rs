@@ -29,7 +29,7 @@ pub use node::firewall::Firewall;
 pub use node::from_pod::{Flood, connects_from};
 pub use node::image::ImageSpec;
 pub use node::{NodeOptions, RealNode, nodes_in_zones};
-pub use process::resident_kib;
+pub use process::{peak_resident_kib, reset_peak_resident, resident_kib};
 pub use wait::{Outcome, eventually};
 
 /// The Kubernetes release the binaries are built from (see `hack/build-k8s.sh`).

@@ -108,10 +108,26 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
 
 /// A process's resident memory in KiB (`VmRSS` from /proc), while it runs.
 pub fn resident_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+/// The most resident memory a process has held in KiB (`VmHWM`), since it started or since
+/// [`reset_peak_resident`].
+pub fn peak_resident_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmHWM:")
+}
+
+/// Sets a process's peak resident memory back to what it holds now (`clear_refs` 5).
+pub fn reset_peak_resident(pid: u32) -> io::Result<()> {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5")
+}
+
+/// A figure of `/proc/<pid>/status` in KiB.
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()?
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))?
+        .find_map(|line| line.strip_prefix(field))?
         .split_whitespace()
         .next()?
         .parse()

@@ -405,6 +405,17 @@ impl Operator {
         testenv::resident_kib(self.child.id())
     }
 
+    /// The most resident memory the process has held in KiB (`VmHWM`), since it started or
+    /// since [`Self::reset_peak_resident`].
+    pub fn peak_resident_kib(&self) -> Option<u64> {
+        testenv::peak_resident_kib(self.child.id())
+    }
+
+    /// Sets the process's peak resident memory back to what it holds now.
+    pub fn reset_peak_resident(&self) -> std::io::Result<()> {
+        testenv::reset_peak_resident(self.child.id())
+    }
+
     /// CPU time the process has used so far (user + system), in seconds.
     pub fn cpu_seconds(&self) -> Option<f64> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;

@@ -45,8 +45,6 @@ pub struct FloodCounts {
     pub opened: AtomicU64,
     /// Of those, the ones the server closed.
     pub closed_by_server: AtomicU64,
-    /// Connections held open right now.
-    pub held: AtomicU64,
     /// The most held at once.
     pub most_held: AtomicU64,
 }
@@ -103,7 +101,6 @@ fn hold(to: SocketAddr, count: usize, stop: &AtomicBool, counts: &FloodCounts) {
                 _ => break,
             }
         }
-        counts.held.store(held.len() as u64, Ordering::Relaxed);
         counts
             .most_held
             .fetch_max(held.len() as u64, Ordering::Relaxed);
