@@ -1121,12 +1121,19 @@ fn placement() -> impl Strategy<Value = Placement> {
             ZoneSpread::Required,
         ])),
         prop::collection::btree_map(annotation_key(), odd_string(), 0..4),
+        prop::option::of(prop::sample::select(vec![
+            PrimarySpreadPolicy::Rebalance,
+            PrimarySpreadPolicy::Off,
+        ])),
     )
-        .prop_map(|(zones, zone_spread, node_selector)| Placement {
-            zones,
-            zone_spread,
-            node_selector,
-        })
+        .prop_map(
+            |(zones, zone_spread, node_selector, primary_spread)| Placement {
+                zones,
+                zone_spread,
+                primary_spread,
+                node_selector,
+            },
+        )
 }
 
 fn cluster_spec() -> impl Strategy<Value = ValkeyClusterSpec> {

@@ -173,6 +173,10 @@ fn event_reasons() -> (BTreeSet<&'static str>, BTreeSet<&'static str>) {
             to: text(),
             what: text(),
         },
+        ClusterEvent::Rebalance {
+            to: text(),
+            what: text(),
+        },
         ClusterEvent::Switchover {
             to: text(),
             what: text(),
@@ -205,6 +209,7 @@ fn event_reasons() -> (BTreeSet<&'static str>, BTreeSet<&'static str>) {
             | ClusterEvent::NodeActive { .. }
             | ClusterEvent::Failover { .. }
             | ClusterEvent::HandOver { .. }
+            | ClusterEvent::Rebalance { .. }
             | ClusterEvent::Switchover { .. }
             | ClusterEvent::TakeOver { .. }
             | ClusterEvent::SlotMigration { .. }

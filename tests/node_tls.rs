@@ -221,6 +221,7 @@ async fn an_expired_certificate_is_said_so_and_is_not_silence() {
         removed: false,
         leaving: false,
         not_started: None,
+        location: Default::default(),
     };
     let reach = Reach {
         tls: Some(trust),

@@ -257,9 +257,9 @@ impl Sim {
                 self.memory.record_failover(REVISION, *shard);
                 self.swap(from, to);
             }
-            Step::HandOver { from, to, .. } | Step::Switchover { from, to, .. } => {
-                self.swap(from, to)
-            }
+            Step::HandOver { from, to, .. }
+            | Step::Rebalance { from, to, .. }
+            | Step::Switchover { from, to, .. } => self.swap(from, to),
             Step::TakeOver { from, to, .. } => {
                 let slots = std::mem::take(&mut self.get(from).slots);
                 let heir = self.get(to);
@@ -311,7 +311,9 @@ fn check_step(step: &Step, before: &[ObservedNode], hidden: &BTreeMap<String, Hi
                 "a takeover promoted a replica behind a live one: {step}"
             );
         }
-        Step::Failover { to, from, .. } | Step::HandOver { to, from, .. } => {
+        Step::Failover { to, from, .. }
+        | Step::HandOver { to, from, .. }
+        | Step::Rebalance { to, from, .. } => {
             assert!(find(to).reachable && find(from).reachable, "{step}");
         }
         Step::Activate { node, .. } => assert!(find(node).reachable, "{step}"),
@@ -342,6 +344,7 @@ fn run(shards: u32, replicas: u32, faults: &[Option<Fault>]) {
         revision: REVISION.into(),
         switchover: None,
         primary_update: Default::default(),
+        primary_spread: Default::default(),
     };
     let mut sim = Sim::converged(shards, replicas);
     let mut schedule = faults.iter();

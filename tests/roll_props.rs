@@ -144,9 +144,9 @@ impl Sim {
                 }
                 self.swap(from, to);
             }
-            Step::HandOver { from, to, .. } | Step::Switchover { from, to, .. } => {
-                self.swap(from, to)
-            }
+            Step::HandOver { from, to, .. }
+            | Step::Rebalance { from, to, .. }
+            | Step::Switchover { from, to, .. } => self.swap(from, to),
             Step::TakeOver { from, to, .. } => {
                 let slots = std::mem::take(&mut self.node(from).slots);
                 let heir = self.node(to);
@@ -386,6 +386,7 @@ fn desired_strategy() -> impl Strategy<Value = DesiredShape> {
         revision: if new { NEW } else { OLD }.into(),
         switchover: None,
         primary_update: Default::default(),
+        primary_spread: Default::default(),
     })
 }
 
@@ -421,6 +422,7 @@ fn bootstrap_from_nothing_converges() {
                 revision: OLD.into(),
                 switchover: None,
                 primary_update: Default::default(),
+                primary_spread: Default::default(),
             };
             run(&start, &desired, vec![], false);
         }
@@ -439,6 +441,7 @@ fn one_shard_roll_follows_the_guide_order() {
         revision: NEW.into(),
         switchover: None,
         primary_update: Default::default(),
+        primary_spread: Default::default(),
     };
     let mut nodes = build(&start);
     let mut memory = RollMemory::default();
@@ -490,6 +493,7 @@ fn a_stalled_join_is_abandoned_once_the_spec_moves_past_it() {
         revision: "9.2.0-never-starts".into(),
         switchover: None,
         primary_update: Default::default(),
+        primary_spread: Default::default(),
     };
     let mut sim = Sim {
         nodes: build(&start),

@@ -126,6 +126,7 @@ fn placement_values_follow_kubernetes_label_rules() {
     placed.placement = Some(Placement {
         zones: vec!["eu-west-1a".into(), "".into(), "bad zone".into()],
         zone_spread: None,
+        primary_spread: None,
         node_selector: BTreeMap::from([
             ("disktype".into(), "ssd".into()),
             ("bad key!".into(), "x".into()),

@@ -227,6 +227,11 @@ pub struct Placement {
     /// How strictly a shard's nodes are spread over zones; the operator's default when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone_spread: Option<ZoneSpread>,
+    /// Whether the operator moves the cluster's primaries apart, over zones and then Nodes,
+    /// by planned switchovers once every node is up to date and answers (`Rebalance`, the
+    /// default), or leaves them where failovers put them (`Off`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_spread: Option<PrimarySpreadPolicy>,
     /// Node labels the pods require (keys and values as Kubernetes labels).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 32))]
@@ -274,6 +279,14 @@ pub enum ZoneSpread {
     #[default]
     BestEffort,
     Required,
+}
+
+/// Whether a cluster's primaries are moved apart (see [`crate::roll::PrimarySpread`]).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PrimarySpreadPolicy {
+    #[default]
+    Rebalance,
+    Off,
 }
 
 /// What the operator observes of a cluster.

@@ -20,6 +20,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Everything the leader remembers per cluster (see [`crate::controller::memory`]).
     pub memory: crate::controller::memory::Memory,
+    /// The Kubernetes Nodes' zones (see [`crate::controller::watches::kube_nodes`]).
+    pub kube_nodes: crate::controller::watches::kube_nodes::KubeNodes,
     /// Wakes a cluster (the controller reconciles each key sent), e.g. a queued cluster of a
     /// fleet rollout when a place frees.
     pub wake: tokio::sync::broadcast::Sender<crate::api::ClusterKey>,

@@ -36,6 +36,12 @@ pub enum ClusterEvent {
         to: String,
         what: String,
     },
+    /// A primary sharing a zone or a host with another of the cluster's hands its shard over to
+    /// `to`, where primaries stand less crowded (planned).
+    Rebalance {
+        to: String,
+        what: String,
+    },
     /// A switchover a person asked for is being issued onto `to` (planned).
     Switchover {
         to: String,
@@ -102,6 +108,7 @@ impl ClusterEvent {
             | ClusterEvent::NodeRetired { node, .. } => Some(node),
             ClusterEvent::Failover { to, .. }
             | ClusterEvent::HandOver { to, .. }
+            | ClusterEvent::Rebalance { to, .. }
             | ClusterEvent::Switchover { to, .. }
             | ClusterEvent::TakeOver { to, .. }
             | ClusterEvent::SlotMigration { to, .. } => Some(to),
@@ -148,6 +155,7 @@ impl Said for ClusterEvent {
             ClusterEvent::NodeActive { .. } => "NodeActive",
             ClusterEvent::Failover { .. } => "Failover",
             ClusterEvent::HandOver { .. } => "HandOver",
+            ClusterEvent::Rebalance { .. } => "Rebalance",
             ClusterEvent::Switchover { .. } => "Switchover",
             ClusterEvent::TakeOver { .. } => "TakeOver",
             ClusterEvent::SlotMigration { .. } => "SlotMigration",
@@ -170,6 +178,7 @@ impl Said for ClusterEvent {
             ClusterEvent::NodeActive { .. } => "Activate",
             ClusterEvent::Failover { .. }
             | ClusterEvent::HandOver { .. }
+            | ClusterEvent::Rebalance { .. }
             | ClusterEvent::Switchover { .. }
             | ClusterEvent::TakeOver { .. } => "Failover",
             ClusterEvent::SlotMigration { .. } => "MigrateSlots",
@@ -207,6 +216,7 @@ impl Said for ClusterEvent {
             }
             ClusterEvent::Failover { what, .. }
             | ClusterEvent::HandOver { what, .. }
+            | ClusterEvent::Rebalance { what, .. }
             | ClusterEvent::Switchover { what, .. }
             | ClusterEvent::TakeOver { what, .. }
             | ClusterEvent::SlotMigration { what, .. }

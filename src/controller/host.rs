@@ -218,7 +218,9 @@ impl NodeHost for KubeHost<'_> {
     type Error = kube::Error;
 
     fn members(&self) -> Vec<Member> {
-        self.nodes.members(Timestamp::now(), self.ctx.timeouts.join)
+        let zone_of = |node: &str| self.ctx.kube_nodes.zone(node);
+        self.nodes
+            .members(Timestamp::now(), self.ctx.timeouts.join, zone_of)
     }
 
     async fn create_node(

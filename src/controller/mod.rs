@@ -64,6 +64,7 @@ pub async fn run(
         recorder: EventRecorder::new(client),
         metrics,
         memory: Default::default(),
+        kube_nodes: Default::default(),
         wake: changes.clone(),
         leadership: leading.clone(),
     });

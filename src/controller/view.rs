@@ -12,7 +12,7 @@ use crate::api::annotations;
 use crate::api::{FailoverAttempts, NodeLifecycle, RollStatus, ValkeyClusterStatus, ValkeyNode};
 use crate::credentials::secret_name;
 use crate::execute::Member;
-use crate::roll::{Lifecycle, RollMemory};
+use crate::roll::{Lifecycle, Location, RollMemory};
 use crate::valkey::NodeAddress;
 use crate::words::clip;
 
@@ -43,6 +43,8 @@ pub struct PodView {
     pub secrets: Vec<String>,
     /// Why its container does not run, as Kubernetes says it ([`why_not_started`]).
     pub not_started: Option<String>,
+    /// The Kubernetes Node it was scheduled to (`spec.nodeName`).
+    pub host: Option<String>,
 }
 
 impl PodView {
@@ -80,6 +82,7 @@ impl From<&Pod> for PodView {
                 .filter_map(|v| v.secret.as_ref()?.secret_name.clone())
                 .collect(),
             not_started: why_not_started(pod),
+            host: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
         }
     }
 }
@@ -164,6 +167,15 @@ impl ClusterNodes {
         }
     }
 
+    /// Where the node's own Pod was scheduled, and that Node's zone.
+    fn location(&self, node: &ValkeyNode, zone_of: impl Fn(&str) -> Option<String>) -> Location {
+        let host = self.pod_of(node).and_then(|pod| pod.host.clone());
+        Location {
+            zone: host.as_deref().and_then(zone_of),
+            host,
+        }
+    }
+
     /// The node was started with the operator's users: its Pod mounts the cluster's
     /// credentials Secret (a Pod made by an operator before them does not).
     fn started_closed(&self, node: &ValkeyNode) -> bool {
@@ -181,7 +193,13 @@ impl ClusterNodes {
     }
 
     /// The executor's members; a `Joining` node created before `now - join_timeout` is overdue.
-    pub fn members(&self, now: Timestamp, join_timeout: Duration) -> Vec<Member> {
+    /// `zone_of` names a Kubernetes Node's zone.
+    pub fn members(
+        &self,
+        now: Timestamp,
+        join_timeout: Duration,
+        zone_of: impl Fn(&str) -> Option<String>,
+    ) -> Vec<Member> {
         let limit = SignedDuration::try_from(join_timeout).unwrap_or(SignedDuration::MAX);
         self.objects
             .iter()
@@ -208,6 +226,7 @@ impl ClusterNodes {
                         .pod_of(node)
                         .filter(|pod| !pod.running)
                         .and_then(|pod| pod.not_started.clone()),
+                    location: self.location(node, &zone_of),
                     name,
                 }
             })

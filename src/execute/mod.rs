@@ -18,7 +18,7 @@ use std::time::Duration;
 
 pub use perform::{Outcome, StepInputs, perform};
 
-use crate::roll::{Lifecycle, RollMemory};
+use crate::roll::{Lifecycle, Location, RollMemory};
 use crate::valkey::{EngineError, Expected, NodeAddress};
 
 /// How long each kind of action may take.
@@ -77,6 +77,8 @@ pub struct Member {
     pub leaving: bool,
     /// Why its server has not started (see [`crate::roll::ObservedNode::not_started`]).
     pub not_started: Option<String>,
+    /// Where its server runs (see [`crate::roll::ObservedNode::location`]).
+    pub location: Location,
 }
 
 impl Member {

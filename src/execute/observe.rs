@@ -247,6 +247,7 @@ fn unheard(member: &Member) -> ObservedNode {
         hung: false,
         leaving: member.leaving,
         not_started: member.not_started.clone(),
+        location: member.location.clone(),
     }
 }
 

@@ -52,7 +52,9 @@ pub async fn perform<H: NodeHost>(
             host.save_memory(memory).await.map_err(StepError::Host)?;
             fail_over(host, from, to, inputs).await
         }
-        Step::HandOver { from, to, .. } => fail_over(host, from, to, inputs).await,
+        Step::HandOver { from, to, .. } | Step::Rebalance { from, to, .. } => {
+            fail_over(host, from, to, inputs).await
+        }
         Step::Switchover {
             from, to, request, ..
         } => {

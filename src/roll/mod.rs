@@ -27,10 +27,12 @@ pub mod reasons;
 pub mod rollout_waits;
 pub mod rules;
 pub mod slots;
+pub mod spread;
 
 pub use model::{
-    DesiredShape, Lifecycle, MAX_FAILOVER_ATTEMPTS, ObservedNode, PrimaryUpdate, ReplicaSync, Role,
-    RollMemory, SlotRange, Step, StepWords, Switchover, UnfinishedMove,
+    DesiredShape, Lifecycle, Location, MAX_FAILOVER_ATTEMPTS, ObservedNode, PrimarySpread,
+    PrimaryUpdate, ReplicaSync, Role, RollMemory, SlotRange, Step, StepWords, Switchover,
+    UnfinishedMove,
 };
 pub use reasons::{JoinBlocker, StallReason, SwitchoverBlocker, WaitReason};
 pub use rules::plan;

@@ -28,6 +28,8 @@ pub struct DesiredShape {
     pub switchover: Option<Switchover>,
     /// Who decides the failover of an outdated primary in a roll.
     pub primary_update: PrimaryUpdate,
+    /// Whether primaries are moved apart once the cluster is settled (rule 12).
+    pub primary_spread: PrimarySpread,
 }
 
 /// A switchover a person asked for: `shard`'s primary role handed to `to`, or to its most
@@ -49,6 +51,26 @@ pub enum PrimaryUpdate {
     Automatic,
     /// The roll surges the shard's up-to-date replicas, then waits for a person's switchover.
     Supervised,
+}
+
+/// Whether the planner moves a cluster's primaries apart by planned switchovers (rule 12).
+/// Heirs are chosen to spread them either way: among equals, that choice costs nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PrimarySpread {
+    /// Once the cluster is settled, a primary that shares a zone or a host with another of the
+    /// cluster's primaries hands over to a replica where it stands more alone.
+    #[default]
+    Rebalance,
+    /// Primaries stay wherever failovers left them.
+    Off,
+}
+
+/// Where a node's server runs: its Kubernetes Node and that Node's zone, each `None` where
+/// unknown (a local process, a Pod not yet scheduled, a Node without a zone label).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Location {
+    pub host: Option<String>,
+    pub zone: Option<String>,
 }
 
 /// A node's role in replication, as the node itself reports it (`INFO replication` `role:`),
@@ -190,6 +212,8 @@ pub struct ObservedNode {
     /// Why its server has not started, as Kubernetes says it of its Pod (not schedulable, its
     /// image not pulled, its container failing to start); `None` while nothing is said.
     pub not_started: Option<String>,
+    /// Where its server runs: heirs and rule 12 keep the cluster's primaries apart by it.
+    pub location: Location,
 }
 
 /// Slots a key-by-key migration left open between this node and `to` (either end may say so:
@@ -235,6 +259,7 @@ impl ObservedNode {
             hung: false,
             leaving: false,
             not_started: None,
+            location: Location::default(),
         }
     }
 
@@ -372,6 +397,14 @@ pub enum Step {
         to: String,
         request: String,
     },
+    /// Promote `to` in place of `from` to spread the cluster's primaries over zones and hosts
+    /// (rule 12), exactly as [`Step::Failover`] does. Not recorded in [`RollMemory`]: each one
+    /// leaves the primaries strictly less crowded, so none is ever undone by another.
+    Rebalance {
+        shard: u32,
+        from: String,
+        to: String,
+    },
     /// Promote `to`, a replica of `from`, which is dead: its server stopped for good, or has
     /// not answered for long (`CLUSTER FAILOVER TAKEOVER`: no agreement of the other primaries
     /// is needed, which a cluster of fewer than three shards could never reach). Not recorded
@@ -471,6 +504,7 @@ impl Step {
             Step::Failover { .. } => "Failover",
             Step::HandOver { .. } => "HandOver",
             Step::Switchover { .. } => "Switchover",
+            Step::Rebalance { .. } => "Rebalance",
             Step::TakeOver { .. } => "TakeOver",
             Step::MigrateSlots { .. } => "MigrateSlots",
             Step::RetireNode { .. } => "RetireNode",
@@ -489,6 +523,7 @@ impl Step {
             | Step::Failover { shard, .. }
             | Step::HandOver { shard, .. }
             | Step::Switchover { shard, .. }
+            | Step::Rebalance { shard, .. }
             | Step::TakeOver { shard, .. }
             | Step::RetireNode { shard, .. } => Some(*shard),
             Step::MigrateSlots { to_shard, .. } => Some(*to_shard),
@@ -526,6 +561,10 @@ impl fmt::Display for Step {
             Step::HandOver { shard, from, to } => write!(
                 f,
                 "hand shard {shard} over from {from} to {to}: the Pod of {from} is being evicted"
+            ),
+            Step::Rebalance { shard, from, to } => write!(
+                f,
+                "switch shard {shard} over from {from} to {to}: its primary shares a zone or a host with another of the cluster's"
             ),
             Step::Switchover {
                 shard, from, to, ..

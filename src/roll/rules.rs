@@ -17,7 +17,9 @@
 //! 3. A failover of this roll that left the primary unchanged every one of the
 //!    `MAX_FAILOVER_ATTEMPTS` times it was issued stalls the cluster (fewer: rule 9 retries it;
 //!    never a second failover after one that took effect).
-//! 4. A `Joining` node is activated once ready; until then the cluster waits for it. Past its
+//! 4. A `Joining` node is activated once ready; until then the cluster waits for it, but first
+//!    a shard left short of replicas (a node lost) with no joiner of its own gets one: the
+//!    replacements of a lost machine's nodes join side by side, not one shard after another. Past its
 //!    deadline, one that answered once and went silent is retired (a new one is joined), one
 //!    that never answered stalls the roll. A joiner whose shard has lost every slot owner is
 //!    retired. A new shard's primary is ready once it sees the slot map, if any other node
@@ -44,6 +46,15 @@
 //! 10. Slots are balanced: shards being removed are drained first, a target must see the
 //!     topology (rule 7) before slots move to it.
 //! 11. Drained shards beyond the desired count are retired, replicas first, then the primary.
+//! 12. Once every node answers and is up to date, primaries are spread over zones, then hosts
+//!     (see [`super::spread`]): each shard whose primary stands elsewhere than the least
+//!     crowded way of placing them all puts it hands over to the synced replica there, one
+//!     shard at a time, each at most once. Never under a supervised primary update, nor for a
+//!     shard a person switched over while that request stands, nor when turned off.
+//!
+//! Every planned handover (rules 8, 9 and 12) goes to the synced replica that leaves the
+//! primaries least crowded, then to the most caught-up; a takeover of a dead primary (rule 1) to
+//! the most caught-up, whatever its place: there, data comes first.
 //!
 //! A primary that owns slots, or the primary of a desired shard, is never retired, unless its
 //! server has stopped for good and no copy of its slots is left anywhere (rule 1): then its
@@ -52,12 +63,14 @@
 use std::collections::BTreeSet;
 
 use super::model::{
-    DesiredShape, Lifecycle, MAX_LOST_JOINS, ObservedNode, PrimaryUpdate, Role, RollMemory, Step,
+    DesiredShape, Lifecycle, Location, MAX_LOST_JOINS, ObservedNode, PrimarySpread, PrimaryUpdate,
+    Role, RollMemory, Step,
 };
 use super::reasons::{JoinBlocker, StallReason, SwitchoverBlocker, WaitReason};
 use super::slots::{
     SLOT_COUNT, bootstrap_range, coverage, take_highest, target_count, uncovered_parts,
 };
+use super::spread::{Crowding, best_choice};
 
 /// The next step towards `desired`, given the observed `nodes` and the roll's `memory`.
 pub fn plan(desired: &DesiredShape, nodes: &[ObservedNode], memory: &RollMemory) -> Step {
@@ -79,6 +92,7 @@ pub fn plan(desired: &DesiredShape, nodes: &[ObservedNode], memory: &RollMemory)
         .or_else(|| shard_replicas(&view, memory))
         .or_else(|| slot_balance(&view))
         .or_else(|| removed_shards(&view))
+        .or_else(|| spread_primaries(&view))
         .unwrap_or(Step::Converged)
 }
 
@@ -129,17 +143,44 @@ impl<'a> View<'a> {
             .collect()
     }
 
-    /// The synced one of `candidates` a primary's role goes to: up-to-date ones first, then
-    /// the most caught-up, then by name.
+    /// The synced one of `candidates` a primary's role goes to in a planned handover:
+    /// up-to-date ones first, then the one leaving the primaries least crowded, then the most
+    /// caught-up, then by name.
     fn best_heir(&self, candidates: &[&'a ObservedNode]) -> Option<&'a ObservedNode> {
         candidates
             .iter()
             .copied()
             .filter(|n| n.sync.is_some_and(|s| s.is_synced()))
             .max_by(|a, b| {
-                let rank = |n: &ObservedNode| (n.is_up_to_date(self.desired), replica_offset(n));
+                let rank = |n: &ObservedNode| {
+                    (
+                        n.is_up_to_date(self.desired),
+                        std::cmp::Reverse(self.crowding_with(n)),
+                        replica_offset(n),
+                    )
+                };
                 rank(a).cmp(&rank(b)).then_with(|| b.name.cmp(&a.name))
             })
+    }
+
+    /// How crowded the desired shards' primaries stand now.
+    fn crowding(&self) -> Crowding {
+        Crowding::of(
+            (0..self.desired.shards)
+                .filter_map(|shard| self.primary(shard))
+                .map(|p| &p.location),
+        )
+    }
+
+    /// How crowded they would stand with `heir` the primary of its shard.
+    fn crowding_with(&self, heir: &ObservedNode) -> Crowding {
+        Crowding::of(
+            (0..self.desired.shards)
+                .filter(|&shard| shard != heir.shard)
+                .filter_map(|shard| self.primary(shard))
+                .map(|p| &p.location)
+                .chain([&heir.location]),
+        )
     }
 
     fn owned_slots(&self) -> u32 {
@@ -245,12 +286,43 @@ fn joining_nodes(view: &View) -> Option<Step> {
             },
         });
     }
+    if !blockers.is_empty()
+        && let Some(join) = short_shard(view)
+    {
+        return Some(join);
+    }
     blockers.first().map(|(node, why)| Step::Wait {
         reason: WaitReason::Joining {
             node: node.name.clone(),
             shard: node.shard,
             blocker: why.clone(),
         },
+    })
+}
+
+/// Rule 4, while joiners are waited for: a desired shard whose live primary owns slots, with
+/// fewer live replicas than its target and no joiner of its own, gets a replica now rather
+/// than after every other shard's joiner is ready (as rule 9 would). Only on a settled cluster
+/// (rule 7's conditions), so a moment's trouble never surges nodes.
+fn short_shard(view: &View) -> Option<Step> {
+    let settled = view
+        .nodes
+        .iter()
+        .filter(|n| n.reachable)
+        .all(|n| n.cluster_ok && !n.migrating && n.unfinished_moves.is_empty());
+    if !settled {
+        return None;
+    }
+    let target = view.desired.replicas_per_shard as usize;
+    (0..view.desired.shards).find_map(|shard| {
+        let primary = view.primary(shard).filter(|p| p.slot_count() > 0)?;
+        let joining = view
+            .in_shard(shard)
+            .any(|n| n.lifecycle == Lifecycle::Joining);
+        (!joining && view.replicas(shard).len() < target).then(|| Step::JoinReplica {
+            shard,
+            primary: primary.name.clone(),
+        })
     })
 }
 
@@ -629,15 +701,7 @@ fn failover_step(
         .copied()
         .filter(|n| n.is_up_to_date(desired))
         .collect();
-    let best_synced = up_to_date
-        .iter()
-        .filter(|n| n.sync.is_some_and(|s| s.is_synced()))
-        .max_by(|a, b| {
-            replica_offset(a)
-                .cmp(&replica_offset(b))
-                .then_with(|| b.name.cmp(&a.name))
-        });
-    if let Some(target) = best_synced {
+    if let Some(target) = view.best_heir(&up_to_date) {
         if desired.primary_update == PrimaryUpdate::Supervised {
             return Some(Step::Wait {
                 reason: WaitReason::SupervisedFailover {
@@ -724,6 +788,93 @@ fn removed_shards(view: &View) -> Option<Step> {
         node: last.name.clone(),
         reason: format!("shard {shard} is being removed and owns no slots"),
     })
+}
+
+/// Rule 12: once every node answers, is active, up to date and staying, each shard's primary
+/// is moved to where [`best_choice`] puts it (the least crowded way, reached by the fewest
+/// moves), lowest shard first, one shard at a time; each moves at most once for each change of
+/// where the nodes stand. A cluster with too many ways to weigh moves, instead, the one primary
+/// whose handover alone lowers the crowding most.
+fn spread_primaries(view: &View) -> Option<Step> {
+    let desired = view.desired;
+    if desired.primary_spread == PrimarySpread::Off
+        || desired.primary_update == PrimaryUpdate::Supervised
+    {
+        return None;
+    }
+    let settled = view.nodes.iter().all(|n| {
+        n.reachable && n.lifecycle == Lifecycle::Active && n.is_up_to_date(desired) && n.cluster_ok
+    });
+    if !settled {
+        return None;
+    }
+    let pinned = |shard: u32| {
+        desired
+            .switchover
+            .as_ref()
+            .is_some_and(|s| s.shard == shard)
+    };
+    // Each shard's primary and the nodes it may stand on (itself and its synced, staying
+    // replicas), by name: their order must not depend on which one is primary now.
+    let mut shards = Vec::new();
+    for shard in 0..desired.shards {
+        let primary = view.primary(shard)?;
+        let mut candidates = vec![primary];
+        if !pinned(shard) {
+            let synced = view.staying_replicas(shard).into_iter();
+            candidates.extend(synced.filter(|n| n.sync.is_some_and(|s| s.is_synced())));
+        }
+        candidates.sort_by(|a, b| a.name.cmp(&b.name));
+        shards.push((shard, primary, candidates));
+    }
+    let places: Vec<Vec<&Location>> = (shards.iter())
+        .map(|(_, _, candidates)| candidates.iter().map(|n| &n.location).collect())
+        .collect();
+    let current: Vec<usize> = (shards.iter())
+        .map(|(_, primary, candidates)| {
+            let at = candidates.iter().position(|n| n.name == primary.name);
+            at.unwrap_or_default()
+        })
+        .collect();
+    let Some(choice) = best_choice(&places, &current) else {
+        return single_spreading_move(view);
+    };
+    shards
+        .iter()
+        .zip(choice)
+        .find(|((_, primary, candidates), chosen)| candidates[*chosen].name != primary.name)
+        .map(|((shard, primary, candidates), chosen)| Step::Rebalance {
+            shard: *shard,
+            from: primary.name.clone(),
+            to: candidates[chosen].name.clone(),
+        })
+}
+
+/// Rule 12 for a cluster with too many ways to weigh: the handover that alone lowers the
+/// crowding most (then the lowest shard). Each lowers it strictly, so this ends too.
+fn single_spreading_move(view: &View) -> Option<Step> {
+    let desired = view.desired;
+    let now = view.crowding();
+    let pinned = |shard: u32| {
+        desired
+            .switchover
+            .as_ref()
+            .is_some_and(|s| s.shard == shard)
+    };
+    (0..desired.shards)
+        .filter(|&shard| !pinned(shard))
+        .filter_map(|shard| {
+            let primary = view.primary(shard)?;
+            let heir = view.best_heir(&view.staying_replicas(shard))?;
+            let after = view.crowding_with(heir);
+            (after < now).then_some((after, shard, primary, heir))
+        })
+        .min_by_key(|(after, shard, ..)| (*after, *shard))
+        .map(|(_, shard, primary, heir)| Step::Rebalance {
+            shard,
+            from: primary.name.clone(),
+            to: heir.name.clone(),
+        })
 }
 
 #[cfg(test)]

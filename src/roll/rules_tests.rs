@@ -15,6 +15,7 @@ fn shape(shards: u32, replicas_per_shard: u32, revision: &str) -> DesiredShape {
         revision: revision.into(),
         switchover: None,
         primary_update: Default::default(),
+        primary_spread: Default::default(),
     }
 }
 
@@ -899,4 +900,204 @@ fn a_supervised_roll_surges_the_replicas_then_waits_for_a_switchover() {
         plan(&desired, &nodes, &memory),
         Step::Failover { .. }
     ));
+}
+
+/// `name` of `shard` on host `host`, in zone `z<host>` (one host per zone).
+fn placed(mut node: ObservedNode, host: u32) -> ObservedNode {
+    node.location = crate::roll::model::Location {
+        host: Some(format!("h{host}")),
+        zone: Some(format!("z{host}")),
+    };
+    node
+}
+
+/// A settled `shards` × 1 cluster on `OLD`: shard `s`'s primary `p<s>` on host
+/// `primaries[s]`, its replica `r<s>` on host `replicas[s]`.
+fn placed_cluster(primaries: &[u32], replicas: &[u32]) -> Vec<ObservedNode> {
+    let shards = primaries.len() as u32;
+    (0..shards)
+        .flat_map(|s| {
+            let slots = vec![bootstrap_range(s, shards)];
+            [
+                placed(primary(&format!("p{s}"), s, slots), primaries[s as usize]),
+                placed(replica(&format!("r{s}"), s), replicas[s as usize]),
+            ]
+        })
+        .collect()
+}
+
+/// What a switchover leaves: `to` primary with `from`'s slots, `from` its synced replica.
+fn switch_over(nodes: &mut [ObservedNode], from: &str, to: &str) {
+    let slots = nodes
+        .iter()
+        .find(|n| n.name == from)
+        .map(|n| n.slots.clone())
+        .unwrap_or_default();
+    for node in nodes.iter_mut() {
+        if node.name == from {
+            node.role = Role::Replica;
+            node.slots = Vec::new();
+            node.sync = Some(synced(100));
+        } else if node.name == to {
+            node.role = Role::Primary;
+            node.slots = slots.clone();
+            node.sync = None;
+        }
+    }
+}
+
+#[test]
+fn primaries_sharing_a_place_are_spread_by_one_switchover_and_then_left_alone() {
+    // Shards 0 and 1 both primary on h1; h2 holds only replicas.
+    let mut nodes = placed_cluster(&[1, 1, 3], &[2, 2, 1]);
+    let desired = shape(3, 1, OLD);
+    let memory = RollMemory::default();
+    let step = plan(&desired, &nodes, &memory);
+    assert_eq!(
+        step,
+        Step::Rebalance {
+            shard: 1,
+            from: "p1".into(),
+            to: "r1".into()
+        }
+    );
+    switch_over(&mut nodes, "p1", "r1");
+    assert_eq!(plan(&desired, &nodes, &memory), Step::Converged);
+
+    // Turned off, or supervised: left where they are.
+    let mut off = shape(3, 1, OLD);
+    off.primary_spread = crate::roll::model::PrimarySpread::Off;
+    let crowded = placed_cluster(&[1, 1, 3], &[2, 2, 1]);
+    assert_eq!(plan(&off, &crowded, &memory), Step::Converged);
+    let mut supervised = shape(3, 1, OLD);
+    supervised.primary_update = PrimaryUpdate::Supervised;
+    assert_eq!(plan(&supervised, &crowded, &memory), Step::Converged);
+
+    // A shard a person switched over stays while the request stands: the other one moves.
+    let mut asked = shape(3, 1, OLD);
+    asked.switchover = switchover("mine", 1, None);
+    let done = RollMemory {
+        switchover_done: Some("mine".into()),
+        ..RollMemory::default()
+    };
+    assert_eq!(
+        plan(&asked, &crowded, &done),
+        Step::Rebalance {
+            shard: 0,
+            from: "p0".into(),
+            to: "r0".into()
+        }
+    );
+}
+
+#[test]
+fn primaries_are_not_moved_while_anything_is_rolled_or_missing() {
+    let crowded = placed_cluster(&[1, 1, 3], &[2, 2, 1]);
+    let memory = RollMemory::default();
+    // A roll: its own steps, never a rebalance.
+    assert!(matches!(
+        plan(&shape(3, 1, NEW), &crowded, &memory),
+        Step::JoinReplica { .. }
+    ));
+    // A replica that does not answer: replaced first.
+    let mut silent = crowded.clone();
+    silent[3].reachable = false;
+    assert!(!matches!(
+        plan(&shape(3, 1, OLD), &silent, &memory),
+        Step::Rebalance { .. }
+    ));
+}
+
+#[test]
+fn a_roll_fails_over_onto_the_replica_that_keeps_primaries_apart() {
+    // Shard 0 rolls; its two up-to-date replicas stand on h2 (which holds shard 1's primary)
+    // and h3 (which holds none). The one on h2 is further ahead; h3 still wins.
+    let fresh = |node: ObservedNode, host: u32| {
+        placed(
+            ObservedNode {
+                revision: NEW.into(),
+                ..node
+            },
+            host,
+        )
+    };
+    let mut nodes = vec![
+        placed(primary("p0", 0, vec![bootstrap_range(0, 2)]), 1),
+        fresh(primary("p1", 1, vec![bootstrap_range(1, 2)]), 2),
+        fresh(replica("r1", 1), 1),
+    ];
+    for (name, host, offset) in [("n0a", 2, 900), ("n0b", 3, 100)] {
+        let mut joined = fresh(replica(name, 0), host);
+        joined.sync = Some(synced(offset));
+        nodes.push(joined);
+    }
+    assert_eq!(
+        plan(&shape(2, 1, NEW), &nodes, &RollMemory::default()),
+        Step::Failover {
+            shard: 0,
+            from: "p0".into(),
+            to: "n0b".into()
+        }
+    );
+}
+
+#[test]
+fn replacements_of_a_lost_machines_nodes_join_side_by_side() {
+    // Both replicas were on the lost machine; shard 0's replacement is joining already.
+    let mut nodes = placed_cluster(&[1, 2], &[3, 3]);
+    nodes.retain(|n| !n.name.starts_with('r'));
+    let mut joining = replica("j0", 0);
+    joining.lifecycle = Lifecycle::Joining;
+    joining.sync = Some(ReplicaSync {
+        sync_in_progress: true,
+        ..synced(0)
+    });
+    nodes.push(joining);
+    let memory = RollMemory::default();
+    assert_eq!(
+        plan(&shape(2, 1, OLD), &nodes, &memory),
+        Step::JoinReplica {
+            shard: 1,
+            primary: "p1".into()
+        }
+    );
+    // Shard 1's is joining too: now both are waited for.
+    let mut second = replica("j1", 1);
+    second.lifecycle = Lifecycle::Joining;
+    second.reachable = false;
+    nodes.push(second);
+    assert!(matches!(
+        plan(&shape(2, 1, OLD), &nodes, &memory),
+        Step::Wait {
+            reason: WaitReason::Joining { .. }
+        }
+    ));
+}
+
+proptest::proptest! {
+    /// Wherever a cluster's nodes stand, rebalancing ends, no shard moves twice, and no
+    /// single handover would leave the primaries less crowded than where it ends.
+    #[test]
+    fn rebalancing_ends_and_moves_each_shard_at_most_once(
+        placement in proptest::collection::vec((0u32..4, 0u32..4), 1..6)
+    ) {
+        let primaries: Vec<u32> = placement.iter().map(|p| p.0).collect();
+        let replicas: Vec<u32> = placement.iter().map(|p| p.1).collect();
+        let mut nodes = placed_cluster(&primaries, &replicas);
+        let desired = shape(placement.len() as u32, 1, OLD);
+        let memory = RollMemory::default();
+        let mut moved = std::collections::BTreeSet::new();
+        loop {
+            match plan(&desired, &nodes, &memory) {
+                Step::Rebalance { shard, from, to } => {
+                    proptest::prop_assert!(moved.insert(shard), "shard {} moved twice", shard);
+                    switch_over(&mut nodes, &from, &to);
+                }
+                Step::Converged => break,
+                other => proptest::prop_assert!(false, "{}", other),
+            }
+        }
+        let view = View { desired: &desired, nodes: nodes.iter().collect() };
+        proptest::prop_assert_eq!(single_spreading_move(&view), None);
+    }
 }

@@ -358,6 +358,7 @@ fn placement_becomes_affinity_and_spread() {
     cluster.spec.placement = Some(Placement {
         zones: vec!["eu-1a".into(), "eu-1b".into()],
         zone_spread: Some(ZoneSpread::BestEffort),
+        primary_spread: None,
         node_selector: BTreeMap::from([("pool".to_string(), "valkey".to_string())]),
     });
     let placed = spreads(&cluster, ZoneSpread::Required);

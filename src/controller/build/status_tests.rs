@@ -26,6 +26,7 @@ fn desired(revision: &str) -> DesiredShape {
         revision: revision.into(),
         switchover: None,
         primary_update: Default::default(),
+        primary_spread: Default::default(),
     }
 }
 

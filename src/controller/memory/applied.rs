@@ -178,6 +178,7 @@ mod tests {
             removed: false,
             leaving: false,
             not_started: None,
+            location: Default::default(),
         }
     }
 

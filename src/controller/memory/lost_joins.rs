@@ -140,6 +140,7 @@ mod tests {
             revision: revision.into(),
             switchover: None,
             primary_update: Default::default(),
+            primary_spread: Default::default(),
         };
         let start = Instant::now();
         let count = |revision: &str, nodes: &[ObservedNode], at: Duration| {
@@ -177,6 +178,7 @@ mod tests {
             revision: "new".into(),
             switchover: None,
             primary_update: Default::default(),
+            primary_spread: Default::default(),
         };
         let removed = |name: &str| ObservedNode {
             removed: true,

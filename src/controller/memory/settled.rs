@@ -225,6 +225,7 @@ mod tests {
             revision: "r1".into(),
             switchover: None,
             primary_update: Default::default(),
+            primary_spread: Default::default(),
         };
         let reach = Reach::plain(std::time::Duration::from_secs(1));
         assert!(settled.view(&key).is_none(), "never settled");
@@ -254,6 +255,7 @@ mod tests {
             revision: "r1".into(),
             switchover: None,
             primary_update: Default::default(),
+            primary_spread: Default::default(),
         };
         let reach = Reach::plain(std::time::Duration::from_secs(1));
         let settle =

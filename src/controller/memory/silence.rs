@@ -109,6 +109,7 @@ mod tests {
             removed: false,
             leaving: false,
             not_started: None,
+            location: Default::default(),
         }
     }
 

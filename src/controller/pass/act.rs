@@ -86,6 +86,10 @@ fn announcement(step: &Step) -> Option<ClusterEvent> {
             to: to.clone(),
             what,
         }),
+        Step::Rebalance { to, .. } => Some(ClusterEvent::Rebalance {
+            to: to.clone(),
+            what,
+        }),
         Step::Switchover { to, .. } => Some(ClusterEvent::Switchover {
             to: to.clone(),
             what,
@@ -166,9 +170,10 @@ fn record_metrics(
     let name = cluster.metadata.name.as_deref().unwrap_or_default();
     let ok = outcome.is_some();
     match step {
-        Step::Failover { .. } | Step::HandOver { .. } | Step::Switchover { .. } => {
-            ctx.metrics.failover(namespace, name, ok, took)
-        }
+        Step::Failover { .. }
+        | Step::HandOver { .. }
+        | Step::Rebalance { .. }
+        | Step::Switchover { .. } => ctx.metrics.failover(namespace, name, ok, took),
         Step::MigrateSlots { .. } => {
             let keys = match outcome {
                 Some(Outcome::Migrated { keys }) => *keys,

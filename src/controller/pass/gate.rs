@@ -291,6 +291,7 @@ mod tests {
             revision: NEW.into(),
             switchover: None,
             primary_update: PrimaryUpdate::Automatic,
+            primary_spread: Default::default(),
         }
     }
 

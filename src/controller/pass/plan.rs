@@ -9,7 +9,9 @@ use kube::ResourceExt;
 
 use crate::acl::AclError;
 use crate::acl::{self};
-use crate::api::{AclUser, PrimaryUpdatePolicy, RolloutProgress, ValkeyCluster};
+use crate::api::{
+    AclUser, PrimarySpreadPolicy, PrimaryUpdatePolicy, RolloutProgress, ValkeyCluster,
+};
 use crate::controller::build::render::ClusterRender;
 use crate::controller::build::status::progress;
 use crate::controller::pass::Pass;
@@ -20,7 +22,9 @@ use crate::credentials::SystemUsers;
 use crate::execute::acl::DesiredAcl;
 use crate::fleet::Fleet;
 use crate::fleet::policy::{self, Breach, Shape};
-use crate::roll::{DesiredShape, ObservedNode, PrimaryUpdate, RollMemory, Step, Switchover};
+use crate::roll::{
+    DesiredShape, ObservedNode, PrimarySpread, PrimaryUpdate, RollMemory, Step, Switchover,
+};
 
 /// What the pass decided, and from what: the nodes as observed, the shape wanted, the roll's
 /// memory, the step, the users.
@@ -101,8 +105,8 @@ fn granted_shape(pass: &Pass<'_>, fleet: &Fleet) -> (Shape, Vec<Breach>) {
     }
 }
 
-/// The `granted` shape, with a person's switchover request and who fails a roll's primaries
-/// over (the rollout group's policy).
+/// The `granted` shape, with a person's switchover request, who fails a roll's primaries
+/// over (the rollout group's policy) and whether primaries are moved apart (the cluster's).
 fn desired_shape(
     cluster: &ValkeyCluster,
     render: &ClusterRender<'_>,
@@ -121,6 +125,15 @@ fn desired_shape(
             PrimaryUpdate::Supervised
         } else {
             PrimaryUpdate::Automatic
+        },
+        primary_spread: match cluster
+            .spec
+            .placement
+            .as_ref()
+            .and_then(|p| p.primary_spread)
+        {
+            Some(PrimarySpreadPolicy::Off) => PrimarySpread::Off,
+            Some(PrimarySpreadPolicy::Rebalance) | None => PrimarySpread::Rebalance,
         },
     }
 }

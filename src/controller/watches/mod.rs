@@ -2,15 +2,17 @@
 //! (cached slim, see [`crate::controller::memory::cluster_cache`]), their ValkeyNodes and Pods
 //! (for what someone other than the operator changed, see [`crate::controller::watches::wakes`]), the
 //! owned objects deleted by hand, the Secrets the clusters' users name, and the fleet index's
-//! changes of configs and images.
+//! changes of configs and images; and the Kubernetes Nodes' zones ([`mod@kube_nodes`]), which wake
+//! nothing.
 
+pub mod kube_nodes;
 pub mod wakes;
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, RwLock};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::PartialObjectMeta;
@@ -86,6 +88,8 @@ pub fn controller(
                     .collect::<Vec<_>>()
             }
         })
+        // Where primaries stand is judged at each pass: a Node's zone wakes no cluster.
+        .watches_stream(kube_nodes(context), |_| None::<ObjectRef<ValkeyCluster>>)
         // Config and image changes arrive from the fleet index (fleet::caches) once it
         // reflects them, as the clusters they reach.
         .reconcile_on(cluster_refs(changes.subscribe(), context.clone(), missed))
@@ -158,6 +162,24 @@ fn pods(
             }
         });
     wakes::changed_only(events, wakes::pod_fingerprint)
+}
+
+/// Every Kubernetes Node's metadata, into [`Context::kube_nodes`].
+fn kube_nodes(
+    context: &Arc<Context>,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<Node>, watcher::Error>> + Send + 'static {
+    let noted = context.clone();
+    watcher(
+        Api::<PartialObjectMeta<Node>>::all(context.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .inspect(move |event| {
+        if let Ok(event) = event {
+            noted.kube_nodes.node_event(event);
+        }
+    })
+    .touched_objects()
 }
 
 /// Every Secret's metadata (its data is read when needed, never cached), noting the versions

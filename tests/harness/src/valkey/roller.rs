@@ -17,6 +17,7 @@ pub fn shape(shards: u32, replicas: u32, revision: &str) -> DesiredShape {
         revision: revision.into(),
         switchover: None,
         primary_update: Default::default(),
+        primary_spread: Default::default(),
     }
 }
 

@@ -81,6 +81,7 @@ impl<R: NodeRuntime> NodeHost for LocalHost<R> {
                 removed: false,
                 leaving: false,
                 not_started: None,
+                location: Default::default(),
             })
             .collect()
     }
