@@ -33,6 +33,8 @@ pub struct SettledView {
     pub desired: DesiredShape,
     pub fingerprint: u64,
     since: Instant,
+    /// When its light pass last logged its heartbeat.
+    heartbeat: Option<Instant>,
 }
 
 /// When a full pass began, by the [`Settled`] clock: a pass may settle its cluster only if
@@ -95,6 +97,7 @@ impl Settled {
             desired,
             fingerprint: fingerprint(observed),
             since: Instant::now(),
+            heartbeat: None,
         };
         book.unsettled_at.remove(cluster);
         book.views.insert(cluster.clone(), view);
@@ -112,6 +115,22 @@ impl Settled {
         (now.saturating_duration_since(view.since) < REFRESH).then(|| view.clone())
     }
 
+    /// Whether the settled cluster's light pass at `now` logs its heartbeat: the first one,
+    /// then once every [`HEARTBEAT`], however often it is checked.
+    pub fn heartbeat_due(&self, cluster: &ClusterKey, now: Instant) -> bool {
+        let mut book = self.book();
+        let Some(view) = book.views.get_mut(cluster) else {
+            return false;
+        };
+        let due = view
+            .heartbeat
+            .is_none_or(|last| now.saturating_duration_since(last) >= HEARTBEAT);
+        if due {
+            view.heartbeat = Some(now);
+        }
+        due
+    }
+
     /// Something about the cluster changed: its next pass is a full one, and a pass in
     /// flight does not settle it.
     pub fn unsettle(&self, cluster: &ClusterKey) {
@@ -121,6 +140,10 @@ impl Settled {
         book.unsettled_at.insert(cluster.clone(), at);
     }
 }
+
+/// How often a settled cluster logs its heartbeat: the log's steady flow, one line a minute a
+/// cluster, whatever the pace of its checks.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What the planner and the status read of the nodes, without what moves on its own in a
 /// healthy cluster (replication offsets): equal fingerprints plan and report alike.
@@ -190,6 +213,36 @@ mod tests {
             slots,
             ..ObservedNode::settled(name, 0, "r1", Role::Primary)
         }
+    }
+
+    #[test]
+    fn a_settled_cluster_logs_its_heartbeat_once_a_minute_however_often_it_is_checked() {
+        let settled = Settled::default();
+        let key = ClusterKey::new("ns", "c");
+        let start = Instant::now();
+        assert!(
+            !settled.heartbeat_due(&key, start),
+            "not settled: no heartbeat"
+        );
+        let began = settled.begin();
+        let desired = DesiredShape {
+            shards: 1,
+            replicas_per_shard: 0,
+            revision: "r1".into(),
+            switchover: None,
+            primary_update: Default::default(),
+            primary_spread: Default::default(),
+        };
+        let reach = Reach::plain(std::time::Duration::from_secs(1));
+        assert!(settled.settle(&key, began, Vec::new(), reach, desired, &[]));
+        let beats: Vec<bool> = (0..13)
+            .map(|check| {
+                let at = start + std::time::Duration::from_secs(10 * check);
+                settled.heartbeat_due(&key, at)
+            })
+            .collect();
+        assert_eq!(beats.iter().filter(|b| **b).count(), 3, "{beats:?}");
+        assert!(beats[0] && beats[6] && beats[12]);
     }
 
     #[test]

@@ -30,14 +30,20 @@ pub async fn light_pass(ctx: &Context, cluster: &ValkeyCluster) -> Option<Action
     let progress = progress(&view.desired, &observed, &converged);
     ctx.metrics
         .roll_progress(&key.namespace, &key.name, &progress);
-    // The steady line a settled fleet logs, one per cluster a minute (its light passes), so
-    // that an alert on the operator's log flow stopping (Momento's advice) means it stopped.
-    tracing::info!(
-        cluster = %key.name,
-        namespace = %key.namespace,
-        shards = view.desired.shards,
-        nodes = observed.len(),
-        "heartbeat: settled, its nodes answer as before"
-    );
+    // The steady line a settled fleet logs, one per cluster a minute, so that an alert on the
+    // operator's log flow stopping (Momento's advice) means it stopped.
+    if ctx
+        .memory
+        .settled
+        .heartbeat_due(&key, std::time::Instant::now())
+    {
+        tracing::info!(
+            cluster = %key.name,
+            namespace = %key.namespace,
+            shards = view.desired.shards,
+            nodes = observed.len(),
+            "heartbeat: settled, its nodes answer as before"
+        );
+    }
     Some(requeue_after(&converged, Duration::ZERO))
 }

@@ -146,11 +146,16 @@ pub async fn halted(pass: &Pass<'_>, halt: Halt) -> Result<Action, Error> {
 const STALL_RECHECK_FIRST: Duration = Duration::from_secs(5);
 const STALL_RECHECK_MAX: Duration = Duration::from_secs(60);
 
-/// Requeue by cause: soon while a step is in flight, slowly once settled, and slowly too
-/// where a watch wakes the cluster when what it waits for happens.
+/// How often a converged cluster's nodes are asked how they are (a light pass, see
+/// [`crate::controller::memory::settled`]): no watch tells of a machine that died with its
+/// Pods still `Running` in the API server, and Kubernetes says so only after 40 s or more.
+pub const SETTLED_CHECK: Duration = Duration::from_secs(10);
+
+/// Requeue by cause: soon while a step is in flight, every [`SETTLED_CHECK`] once settled, and
+/// slowly where a watch wakes the cluster when what it waits for happens.
 pub fn requeue_after(step: &Step, stalled_for: Duration) -> Action {
     Action::requeue(match step {
-        Step::Converged => Duration::from_secs(60),
+        Step::Converged => SETTLED_CHECK,
         // A stall waits for a person or for a change a watch reports (a spec, an annotation,
         // a Pod); the pass only covers what Valkey may mend by itself. So the longer it has
         // lasted the less often it is asked: a fleet of stalled clusters costs little.
@@ -284,7 +289,7 @@ mod tests {
         assert_eq!(after(3600), Action::requeue(Duration::from_secs(60)));
         assert_eq!(
             requeue_after(&Step::Converged, Duration::ZERO),
-            Action::requeue(Duration::from_secs(60))
+            Action::requeue(SETTLED_CHECK)
         );
     }
 }
