@@ -222,6 +222,7 @@ async fn an_expired_certificate_is_said_so_and_is_not_silence() {
         leaving: false,
         not_started: None,
         location: Default::default(),
+        silent: false,
     };
     let reach = Reach {
         tls: Some(trust),

@@ -219,8 +219,15 @@ impl NodeHost for KubeHost<'_> {
 
     fn members(&self) -> Vec<Member> {
         let zone_of = |node: &str| self.ctx.kube_nodes.zone(node);
-        self.nodes
-            .members(Timestamp::now(), self.ctx.timeouts.join, zone_of)
+        let mut members = self
+            .nodes
+            .members(Timestamp::now(), self.ctx.timeouts.join, zone_of);
+        let key = ClusterKey::of(self.cluster());
+        let silent = self.ctx.memory.silence.silent(&key);
+        for member in &mut members {
+            member.silent = silent.contains(&member.name);
+        }
+        members
     }
 
     async fn create_node(

@@ -227,6 +227,7 @@ impl ClusterNodes {
                         .filter(|pod| !pod.running)
                         .and_then(|pod| pod.not_started.clone()),
                     location: self.location(node, &zone_of),
+                    silent: false,
                     name,
                 }
             })

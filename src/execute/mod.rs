@@ -79,6 +79,10 @@ pub struct Member {
     pub not_started: Option<String>,
     /// Where its server runs (see [`crate::roll::ObservedNode::location`]).
     pub location: Location,
+    /// It answered once and did not at the last observation (a lost machine's, a paused one):
+    /// observation still asks it every pass, but introductions and retirements do not wait a
+    /// call timeout on it again.
+    pub silent: bool,
 }
 
 impl Member {

@@ -1,6 +1,8 @@
 //! Performing one planned [`Step`]: one small function per kind of step, every write to a node
 //! through [`crate::valkey`] and every change of what backs a node through the [`NodeHost`].
 
+use futures::future::join_all;
+
 use super::acl::{DesiredAcl, apply_users};
 use super::{Member, NodeHost, StepError, Timeouts};
 use crate::roll::{DesiredShape, RollMemory, SlotRange, Step};
@@ -255,15 +257,14 @@ async fn retire<H: NodeHost>(
     let Some(id) = id else {
         return Ok(Outcome::Done);
     };
-    let mut remaining = Vec::new();
-    for other in host.members().iter().filter(|m| m.name != node) {
-        let Some(expected) = other.expected() else {
-            continue;
-        };
-        if let Ok(client) = NodeClient::open(&expected, inputs.reach).await {
-            remaining.push(client);
-        }
-    }
+    // Side by side: the others of a lost machine do not answer either, and each would cost
+    // a whole call timeout in turn.
+    let others = host.members();
+    let opening = (others.iter())
+        .filter(|m| m.name != node && !m.silent)
+        .filter_map(|m| m.expected())
+        .map(|expected| async move { NodeClient::open(&expected, inputs.reach).await.ok() });
+    let remaining: Vec<NodeClient> = join_all(opening).await.into_iter().flatten().collect();
     forget_everywhere(&remaining, &id).await?;
     Ok(Outcome::Done)
 }

@@ -179,6 +179,7 @@ mod tests {
             leaving: false,
             not_started: None,
             location: Default::default(),
+            silent: false,
         }
     }
 

@@ -74,6 +74,16 @@ impl Silence {
     }
 }
 
+impl Silence {
+    /// The nodes of `cluster` silent at its last observation (see [`Member::silent`]).
+    pub fn silent(&self, cluster: &ClusterKey) -> Vec<String> {
+        let all = self.0.lock();
+        all.get(cluster)
+            .map(|since| since.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
 impl KeptPerCluster for Silence {
     type Entry = HashMap<String, Instant>;
 
@@ -110,6 +120,7 @@ mod tests {
             leaving: false,
             not_started: None,
             location: Default::default(),
+            silent: false,
         }
     }
 

@@ -82,6 +82,7 @@ impl<R: NodeRuntime> NodeHost for LocalHost<R> {
                 leaving: false,
                 not_started: None,
                 location: Default::default(),
+                silent: false,
             })
             .collect()
     }
