@@ -321,6 +321,14 @@ impl Product {
         }
     }
 
+    /// The real node named `name`, to do something to it (lose it).
+    pub fn real_node_mut(&mut self, name: &str) -> Option<&mut RealNode> {
+        match &mut self.nodes {
+            Nodes::Test(_) => None,
+            Nodes::Real(nodes) => nodes.iter_mut().find(|node| node.name() == name),
+        }
+    }
+
     /// The process id of the valkey-server the test kubelet runs for a Pod.
     pub fn server_pid(&self, namespace: &str, pod: &str) -> u32 {
         self.kubelet()
@@ -497,6 +505,25 @@ impl Product {
             }
         }
         panic!("shard {shard} of {namespace}/{cluster} has no primary that answers");
+    }
+
+    /// The Kubernetes Node of each shard's primary, shard by shard.
+    pub async fn primary_hosts(&self, namespace: &str, cluster: &str, shards: u32) -> Vec<String> {
+        let mut hosts = Vec::new();
+        for shard in 0..shards {
+            let primary = self.primary_of(namespace, cluster, shard).await;
+            let pod = get_json(
+                &self.plane,
+                &["get", "pod", "-n", namespace, &primary, "-o", "json"],
+            );
+            hosts.push(
+                pod["spec"]["nodeName"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+        }
+        hosts
     }
 
     /// A Pod of shard `shard` that is not its primary.
@@ -892,6 +919,12 @@ impl WatchReport {
             self.cluster,
             at.map(describe_sample).unwrap_or_default()
         );
+    }
+
+    /// How many times shard `shard` of `shards` changed primary, seen from outside.
+    pub fn primary_changes(&self, shard: u16, shards: u16) -> usize {
+        let slot = bootstrap_range(u32::from(shard), u32::from(shards)).start;
+        primary_changes(&self.samples, slot)
     }
 
     /// The longest stretch without an acknowledged write while the watch ran.

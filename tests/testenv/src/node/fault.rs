@@ -1,5 +1,6 @@
-//! Network faults on the real nodes: a node's Pods cut off from every other node's, as a failed
-//! switch or a zone's uplink would cut them. The Pods of a node reach other nodes' only through
+//! Faults on the real nodes: a node's Pods cut off from every other node's, as a failed
+//! switch or a zone's uplink would cut them ([`Cut`]); a whole node lost at once, as a machine
+//! whose power fails is ([`Lost`]). The Pods of a node reach other nodes' only through
 //! the host, which forwards between the bridges, so dropping forwarded packets between one
 //! node's subnet and the rest of the Pod networks is the cut; the host itself (the operator, the
 //! API server, a client running on it) still reaches both sides, as a control plane outside
@@ -73,8 +74,52 @@ impl Drop for Cut {
     }
 }
 
-/// The jump to `chain`, then the chain; best effort.
+/// A node lost: every packet to or from its Pods and its end of the host link dropped, from
+/// the host (the API server, the operator, clients) and from every other node, so that what
+/// asks it waits for its timeout, as it would of a dead machine, rather than being refused.
+/// The node's processes are killed beside it ([`crate::node::RealNode::lose`]). Dropping it
+/// removes the rules; the node stays dead.
+#[derive(Debug)]
+pub struct Lost {
+    chain: String,
+}
+
+impl Lost {
+    pub(crate) fn start(subnet: u8, pod_subnet: &str, link_address: &str) -> Result<Self, Error> {
+        let chain = format!("VO-LOST-{subnet}");
+        remove(&chain);
+        let lost = Self { chain };
+        let mut rules: Vec<Vec<&str>> = vec![vec!["-N", &lost.chain]];
+        for address in [pod_subnet, link_address] {
+            rules.push(vec!["-A", &lost.chain, "-d", address, "-j", "DROP"]);
+            rules.push(vec!["-A", &lost.chain, "-s", address, "-j", "DROP"]);
+        }
+        for hook in ["FORWARD", "OUTPUT", "INPUT"] {
+            rules.push(vec!["-I", hook, "1", "-j", &lost.chain]);
+        }
+        for rule in &rules {
+            if !iptables(rule) {
+                return Err(Error::Binaries(format!(
+                    "iptables {} failed: losing {pod_subnet}",
+                    rule.join(" ")
+                )));
+            }
+        }
+        Ok(lost)
+    }
+}
+
+impl Drop for Lost {
+    fn drop(&mut self) {
+        remove(&self.chain);
+    }
+}
+
+/// The jumps to `chain`, then the chain; best effort.
 fn remove(chain: &str) {
+    for hook in ["OUTPUT", "INPUT"] {
+        iptables(&["-D", hook, "-j", chain]);
+    }
     iptables(&["-D", "FORWARD", "-j", chain]);
     iptables(&["-F", chain]);
     iptables(&["-X", chain]);

@@ -31,7 +31,7 @@ fn host_address(subnet: u8) -> String {
 }
 
 /// The node's end of that link, `198.19.255.N`.
-fn node_link_address(subnet: u8) -> String {
+pub(crate) fn node_link_address(subnet: u8) -> String {
     format!("198.19.255.{subnet}")
 }
 

@@ -138,6 +138,22 @@ impl RealNode {
         fault::Cut::start(self.subnet, &self.pod_subnet())
     }
 
+    /// Loses the node at once, as a machine whose power fails: nothing of it answers again
+    /// (its addresses drop every packet until the [`fault::Lost`] is dropped), then its
+    /// kubelet, containerd, shims and containers are killed. The Node object and its Pods stay
+    /// in the API server, as they do when a real machine dies, for Kubernetes to notice.
+    pub fn lose(&mut self) -> Result<fault::Lost, Error> {
+        let lost = fault::Lost::start(
+            self.subnet,
+            &self.pod_subnet(),
+            &host::node_link_address(self.subnet),
+        )?;
+        drop(self.kubelet.take());
+        drop(self.containerd.take());
+        host::kill_containers(&self.cgroup_root(), &self.socket());
+        Ok(lost)
+    }
+
     /// The node's folder (logs: `containerd.log`, `kubelet.log`).
     pub fn dir(&self) -> &Path {
         self.dir.path()
