@@ -1123,7 +1123,7 @@ fn placement() -> impl Strategy<Value = Placement> {
         prop::collection::btree_map(annotation_key(), odd_string(), 0..4),
         prop::option::of(prop::sample::select(vec![
             PrimarySpreadPolicy::Rebalance,
-            PrimarySpreadPolicy::Off,
+            PrimarySpreadPolicy::Disabled,
         ])),
     )
         .prop_map(

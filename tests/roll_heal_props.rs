@@ -254,7 +254,7 @@ impl Sim {
                 }
             }
             Step::Failover { from, to, shard } => {
-                self.memory.record_failover(REVISION, *shard);
+                self.memory.record_failover(REVISION, *shard, to);
                 self.swap(from, to);
             }
             Step::HandOver { from, to, .. }

@@ -135,7 +135,7 @@ impl Sim {
                 }
             }
             Step::Failover { shard, from, to } => {
-                self.memory.record_failover(&desired.revision, *shard);
+                self.memory.record_failover(&desired.revision, *shard, to);
                 // A shard whose failover failed keeps failing: every retry must fail too.
                 if self.broken_shard == Some(*shard) || self.fails() {
                     self.failed = true;

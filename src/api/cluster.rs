@@ -229,7 +229,7 @@ pub struct Placement {
     pub zone_spread: Option<ZoneSpread>,
     /// Whether the operator moves the cluster's primaries apart, over zones and then Nodes,
     /// by planned switchovers once every node is up to date and answers (`Rebalance`, the
-    /// default), or leaves them where failovers put them (`Off`).
+    /// default), or leaves them where failovers put them (`Disabled`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primary_spread: Option<PrimarySpreadPolicy>,
     /// Node labels the pods require (keys and values as Kubernetes labels).
@@ -281,12 +281,13 @@ pub enum ZoneSpread {
     Required,
 }
 
-/// Whether a cluster's primaries are moved apart (see [`crate::roll::PrimarySpread`]).
+/// Whether a cluster's primaries are moved apart (see [`crate::roll::PrimarySpread`]). Not
+/// `On`/`Off`: YAML reads those as booleans.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum PrimarySpreadPolicy {
     #[default]
     Rebalance,
-    Off,
+    Disabled,
 }
 
 /// What the operator observes of a cluster.
@@ -354,6 +355,10 @@ pub struct RollStatus {
     /// missing here was issued once.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failover_attempts: Vec<FailoverAttempts>,
+    /// The ValkeyNode each shard's failover in this roll was issued to: where the roll put its
+    /// primary, which rebalancing leaves there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failover_targets: Vec<FailoverTarget>,
     /// The last switchover a person asked for (`valkey.gomomento.com/switchover`, as written)
     /// that was carried out: recorded before it is issued, so it is never issued twice.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -367,6 +372,15 @@ pub struct RollStatus {
 pub struct FailoverAttempts {
     pub shard: i32,
     pub attempts: i32,
+}
+
+/// The node a shard's failover in a roll was issued to.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverTarget {
+    pub shard: i32,
+    #[schemars(length(max = 253))]
+    pub node: String,
 }
 
 /// Where a cluster stands in its fleet rollout, as the operator's gate last saw it (the config's

@@ -9,7 +9,9 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
 use crate::api::annotations;
-use crate::api::{FailoverAttempts, NodeLifecycle, RollStatus, ValkeyClusterStatus, ValkeyNode};
+use crate::api::{
+    FailoverAttempts, FailoverTarget, NodeLifecycle, RollStatus, ValkeyClusterStatus, ValkeyNode,
+};
 use crate::credentials::secret_name;
 use crate::execute::Member;
 use crate::roll::{Lifecycle, Location, RollMemory};
@@ -263,9 +265,13 @@ pub fn memory_of(status: &ValkeyClusterStatus) -> RollMemory {
             failover_attempts.insert(s, attempts);
         }
     }
+    let failover_targets = (roll.failover_targets.iter())
+        .filter_map(|t| Some((shard(t.shard)?, t.node.clone())))
+        .collect();
     RollMemory {
         revision: roll.revision,
         failover_attempts,
+        failover_targets,
         lost_joins: 0,
         removed_joins: 0,
         switchover_done: roll.switchover,
@@ -288,6 +294,14 @@ pub fn roll_status(memory: &RollMemory) -> RollStatus {
                 Some(FailoverAttempts {
                     shard: i32::try_from(*s).ok()?,
                     attempts: i32::try_from(*n).ok()?,
+                })
+            })
+            .collect(),
+        failover_targets: (memory.failover_targets.iter())
+            .filter_map(|(s, node)| {
+                Some(FailoverTarget {
+                    shard: i32::try_from(*s).ok()?,
+                    node: node.clone(),
                 })
             })
             .collect(),

@@ -50,7 +50,7 @@ pub async fn perform<H: NodeHost>(
         Step::Activate { node, .. } => activate(host, node, inputs).await,
         Step::AssignSlots { assignments } => assign_slots(host, assignments, inputs).await,
         Step::Failover { shard, from, to } => {
-            memory.record_failover(&inputs.desired.revision, *shard);
+            memory.record_failover(&inputs.desired.revision, *shard, to);
             host.save_memory(memory).await.map_err(StepError::Host)?;
             fail_over(host, from, to, inputs).await
         }

@@ -291,6 +291,9 @@ pub struct RollMemory {
     pub revision: String,
     /// Shards whose failover was issued in the roll towards `revision`, with how many times.
     pub failover_attempts: BTreeMap<u32, u32>,
+    /// The node each of those failovers was last issued to: where the roll put the shard's
+    /// primary. Rule 12 leaves it there (the roll's failover was the shard's one failover).
+    pub failover_targets: BTreeMap<u32, String>,
     /// Joiners of the desired revision whose servers stopped before they joined, lately. Kept
     /// by the caller (the controller in memory, for a while: not persisted), so that a revision
     /// whose nodes always die stalls instead of being replaced without end.
@@ -330,14 +333,26 @@ impl RollMemory {
         self.attempts(revision, shard) < MAX_FAILOVER_ATTEMPTS
     }
 
-    /// Record a failover attempt *before* issuing it, so that an attempt whose outcome is
-    /// unknown counts: the next one is issued only if the primary, observed, never changed.
-    pub fn record_failover(&mut self, revision: &str, shard: u32) {
+    /// Record a failover attempt onto `to` *before* issuing it, so that an attempt whose
+    /// outcome is unknown counts: the next one is issued only if the primary, observed, never
+    /// changed.
+    pub fn record_failover(&mut self, revision: &str, shard: u32, to: &str) {
         if self.revision != revision {
             self.revision = revision.to_owned();
             self.failover_attempts.clear();
+            self.failover_targets.clear();
         }
         *self.failover_attempts.entry(shard).or_default() += 1;
+        self.failover_targets.insert(shard, to.to_owned());
+    }
+
+    /// Whether `node` is where the roll towards `revision` put `shard`'s primary.
+    pub fn placed_by_roll(&self, revision: &str, shard: u32, node: &str) -> bool {
+        self.revision == revision
+            && self
+                .failover_targets
+                .get(&shard)
+                .is_some_and(|to| to == node)
     }
 
     /// A person looked at a stalled failover and asks for more attempts: every shard of the

@@ -50,7 +50,9 @@
 //!     (see [`super::spread`]): each shard whose primary stands elsewhere than the least
 //!     crowded way of placing them all puts it hands over to the synced replica there, one
 //!     shard at a time, each at most once. Never under a supervised primary update, nor for a
-//!     shard a person switched over while that request stands, nor when turned off.
+//!     shard a person switched over while that request stands, nor for one whose primary
+//!     stands where this revision's roll failed it over to (the roll's failover was its one
+//!     failover for that change), nor when turned off.
 //!
 //! Every planned handover (rules 8, 9 and 12) goes to the synced replica that leaves the
 //! primaries least crowded, then to the most caught-up; a takeover of a dead primary (rule 1) to
@@ -92,7 +94,7 @@ pub fn plan(desired: &DesiredShape, nodes: &[ObservedNode], memory: &RollMemory)
         .or_else(|| shard_replicas(&view, memory))
         .or_else(|| slot_balance(&view))
         .or_else(|| removed_shards(&view))
-        .or_else(|| spread_primaries(&view))
+        .or_else(|| spread_primaries(&view, memory))
         .unwrap_or(Step::Converged)
 }
 
@@ -795,7 +797,7 @@ fn removed_shards(view: &View) -> Option<Step> {
 /// moves), lowest shard first, one shard at a time; each moves at most once for each change of
 /// where the nodes stand. A cluster with too many ways to weigh moves, instead, the one primary
 /// whose handover alone lowers the crowding most.
-fn spread_primaries(view: &View) -> Option<Step> {
+fn spread_primaries(view: &View, memory: &RollMemory) -> Option<Step> {
     let desired = view.desired;
     if desired.primary_spread == PrimarySpread::Off
         || desired.primary_update == PrimaryUpdate::Supervised
@@ -808,21 +810,15 @@ fn spread_primaries(view: &View) -> Option<Step> {
     if !settled {
         return None;
     }
-    let pinned = |shard: u32| {
-        desired
-            .switchover
-            .as_ref()
-            .is_some_and(|s| s.shard == shard)
-    };
-    // Each shard's primary and the nodes it may stand on (itself and its synced, staying
-    // replicas), by name: their order must not depend on which one is primary now.
+    // Each shard's primary and the nodes it may stand on (itself and its staying replicas,
+    // synced or not: a set that changes as a replica catches up would change the choice),
+    // by name: their order must not depend on which one is primary now.
     let mut shards = Vec::new();
     for shard in 0..desired.shards {
         let primary = view.primary(shard)?;
         let mut candidates = vec![primary];
-        if !pinned(shard) {
-            let synced = view.staying_replicas(shard).into_iter();
-            candidates.extend(synced.filter(|n| n.sync.is_some_and(|s| s.is_synced())));
+        if !stays_put(view, memory, primary) {
+            candidates.extend(view.staying_replicas(shard));
         }
         candidates.sort_by(|a, b| a.name.cmp(&b.name));
         shards.push((shard, primary, candidates));
@@ -837,34 +833,40 @@ fn spread_primaries(view: &View) -> Option<Step> {
         })
         .collect();
     let Some(choice) = best_choice(&places, &current) else {
-        return single_spreading_move(view);
+        return single_spreading_move(view, memory);
     };
     shards
         .iter()
         .zip(choice)
         .find(|((_, primary, candidates), chosen)| candidates[*chosen].name != primary.name)
-        .map(|((shard, primary, candidates), chosen)| Step::Rebalance {
-            shard: *shard,
-            from: primary.name.clone(),
-            to: candidates[chosen].name.clone(),
+        .map(|((shard, primary, candidates), chosen)| {
+            let target = candidates[chosen];
+            match target.sync.is_some_and(|s| s.is_synced()) {
+                true => Step::Rebalance {
+                    shard: *shard,
+                    from: primary.name.clone(),
+                    to: target.name.clone(),
+                },
+                false => Step::Wait {
+                    reason: WaitReason::FailoverTargetSyncing {
+                        shard: *shard,
+                        node: target.name.clone(),
+                    },
+                },
+            }
         })
 }
 
 /// Rule 12 for a cluster with too many ways to weigh: the handover that alone lowers the
 /// crowding most (then the lowest shard). Each lowers it strictly, so this ends too.
-fn single_spreading_move(view: &View) -> Option<Step> {
-    let desired = view.desired;
+fn single_spreading_move(view: &View, memory: &RollMemory) -> Option<Step> {
     let now = view.crowding();
-    let pinned = |shard: u32| {
-        desired
-            .switchover
-            .as_ref()
-            .is_some_and(|s| s.shard == shard)
-    };
-    (0..desired.shards)
-        .filter(|&shard| !pinned(shard))
+    (0..view.desired.shards)
         .filter_map(|shard| {
             let primary = view.primary(shard)?;
+            if stays_put(view, memory, primary) {
+                return None;
+            }
             let heir = view.best_heir(&view.staying_replicas(shard))?;
             let after = view.crowding_with(heir);
             (after < now).then_some((after, shard, primary, heir))
@@ -875,6 +877,19 @@ fn single_spreading_move(view: &View) -> Option<Step> {
             from: primary.name.clone(),
             to: heir.name.clone(),
         })
+}
+
+/// Whether rule 12 leaves `primary` where it stands: a person switched its shard over (while
+/// the request stands), or this revision's roll failed it over there (the roll's failover was
+/// the shard's one failover for that change).
+fn stays_put(view: &View, memory: &RollMemory, primary: &ObservedNode) -> bool {
+    let desired = view.desired;
+    let shard = primary.shard;
+    desired
+        .switchover
+        .as_ref()
+        .is_some_and(|s| s.shard == shard)
+        || memory.placed_by_roll(&desired.revision, shard, &primary.name)
 }
 
 #[cfg(test)]

@@ -175,10 +175,10 @@ fn a_failover_that_never_took_effect_is_retried_then_stalls_until_a_person_allow
     let mut memory = RollMemory::default();
     // Recorded, then the primary never changed (the process died, or it timed out).
     for _ in 1..MAX_FAILOVER_ATTEMPTS {
-        memory.record_failover(NEW, 0);
+        memory.record_failover(NEW, 0, "target");
         assert_eq!(plan(&desired, &nodes, &memory), retry);
     }
-    memory.record_failover(NEW, 0);
+    memory.record_failover(NEW, 0, "target");
     let reason = stall(plan(&desired, &nodes, &memory));
     assert_eq!(
         reason,
@@ -198,7 +198,7 @@ fn a_failover_that_never_took_effect_is_retried_then_stalls_until_a_person_allow
 #[test]
 fn a_failover_that_took_effect_is_never_followed_by_another() {
     let mut memory = RollMemory::default();
-    memory.record_failover(NEW, 0);
+    memory.record_failover(NEW, 0, "target");
     // p0 is now an up-to-date replica of the up-to-date n1: the shard is done with failovers.
     let mut nodes = vec![
         primary("n1", 0, all_slots()),
@@ -390,7 +390,7 @@ fn a_dead_primary_is_taken_over_whatever_else_is_in_flight() {
     nodes.push(joining);
     let mut memory = RollMemory::default();
     for _ in 0..MAX_FAILOVER_ATTEMPTS {
-        memory.record_failover(NEW, 1);
+        memory.record_failover(NEW, 1, "target");
     }
     nodes[0].reachable = false;
     nodes[0].terminated = true;
@@ -963,6 +963,21 @@ fn primaries_sharing_a_place_are_spread_by_one_switchover_and_then_left_alone() 
     );
     switch_over(&mut nodes, "p1", "r1");
     assert_eq!(plan(&desired, &nodes, &memory), Step::Converged);
+    // A target still catching up is waited for, not passed over for another choice.
+    let mut lagging = placed_cluster(&[1, 1, 3], &[2, 2, 1]);
+    lagging[3].sync = Some(ReplicaSync {
+        sync_in_progress: true,
+        ..synced(0)
+    });
+    assert_eq!(
+        plan(&desired, &lagging, &memory),
+        Step::Wait {
+            reason: WaitReason::FailoverTargetSyncing {
+                shard: 1,
+                node: "r1".into()
+            }
+        }
+    );
 
     // Turned off, or supervised: left where they are.
     let mut off = shape(3, 1, OLD);
@@ -988,6 +1003,30 @@ fn primaries_sharing_a_place_are_spread_by_one_switchover_and_then_left_alone() 
             to: "r0".into()
         }
     );
+}
+
+#[test]
+fn a_primary_where_the_roll_put_it_stays_there() {
+    // The roll failed shard 1 over onto p1 (on h1, beside p0): its one failover.
+    let crowded = placed_cluster(&[1, 1, 3], &[2, 2, 1]);
+    let mut memory = RollMemory::default();
+    memory.record_failover(OLD, 1, "p1");
+    assert_eq!(
+        plan(&shape(3, 1, OLD), &crowded, &memory),
+        Step::Rebalance {
+            shard: 0,
+            from: "p0".into(),
+            to: "r0".into()
+        }
+    );
+    memory.record_failover(OLD, 0, "p0");
+    assert_eq!(plan(&shape(3, 1, OLD), &crowded, &memory), Step::Converged);
+    // Once a shard's primary is another node than the roll's (a failover since), it may move.
+    memory.failover_targets.insert(1, "r1".into());
+    assert!(matches!(
+        plan(&shape(3, 1, OLD), &crowded, &memory),
+        Step::Rebalance { shard: 1, .. }
+    ));
 }
 
 #[test]
@@ -1098,6 +1137,6 @@ proptest::proptest! {
             }
         }
         let view = View { desired: &desired, nodes: nodes.iter().collect() };
-        proptest::prop_assert_eq!(single_spreading_move(&view), None);
+        proptest::prop_assert_eq!(single_spreading_move(&view, &memory), None);
     }
 }

@@ -132,7 +132,7 @@ fn desired_shape(
             .as_ref()
             .and_then(|p| p.primary_spread)
         {
-            Some(PrimarySpreadPolicy::Off) => PrimarySpread::Off,
+            Some(PrimarySpreadPolicy::Disabled) => PrimarySpread::Off,
             Some(PrimarySpreadPolicy::Rebalance) | None => PrimarySpread::Rebalance,
         },
     }
