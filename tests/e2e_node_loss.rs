@@ -9,6 +9,10 @@
 //! node's Pods on the other nodes, side by side, without waiting for Kubernetes to evict them,
 //! and nothing acknowledged is lost outside the second around the loss (asynchronous
 //! replication's window).
+//!
+//! The second test is what keeping primaries apart prevents: with `primarySpread: Disabled` and a
+//! switchover putting two of the three primaries on one node, that node's loss takes Valkey's
+//! majority, no failover happens by itself, and the shards wait for the operator's takeover.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -29,6 +33,36 @@ fn fleet() -> String {
         .yaml()
 }
 
+/// [`fleet`] with the primaries left wherever failovers put them.
+fn fleet_not_spread() -> String {
+    let config = Manifest::new()
+        .namespace(NAMESPACE)
+        .config("lost", r#"{imageRef: valkey-9-1-2, valkey: {save: ""}}"#)
+        .yaml();
+    format!(
+        "{config}---\napiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\n\
+         metadata: {{name: orders, namespace: {NAMESPACE}}}\nspec: {{configRef: lost, \
+         shards: {SHARDS}, replicasPerShard: 1, placement: {{primarySpread: Disabled}}}}\n"
+    )
+}
+
+/// Three real nodes in three zones, `fleet` applied, the cluster converged; when it was applied.
+async fn cluster_on_three_nodes(fleet: &str) -> (Product, Instant) {
+    let product = Product::start_with(ProductOptions {
+        real_nodes: &["a", "b", "c"],
+        ..Default::default()
+    })
+    .await;
+    product.apply(IMAGES);
+    product.apply(fleet);
+    let applied = Instant::now();
+    eventually("orders comes up", Duration::from_secs(240), async || {
+        converged(&product.cluster(NAMESPACE, "orders"), "9.1.2").then_some(())
+    })
+    .await;
+    (product, applied)
+}
+
 /// The cluster's Pods that are not being deleted, with the Node each runs on.
 fn pods_and_hosts(product: &Product) -> Vec<(String, String)> {
     product
@@ -47,18 +81,7 @@ fn pods_and_hosts(product: &Product) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn a_lost_nodes_shard_is_served_again_and_its_pods_replaced_on_the_other_nodes() {
-    let mut product = Product::start_with(ProductOptions {
-        real_nodes: &["a", "b", "c"],
-        ..Default::default()
-    })
-    .await;
-    product.apply(IMAGES);
-    product.apply(&fleet());
-    let created = Instant::now();
-    eventually("orders comes up", Duration::from_secs(240), async || {
-        converged(&product.cluster(NAMESPACE, "orders"), "9.1.2").then_some(())
-    })
-    .await;
+    let (mut product, applied) = cluster_on_three_nodes(&fleet()).await;
     // Wherever the scheduler and the first failovers left them, the primaries end one to a
     // node (three nodes, three shards, every shard with a replica elsewhere).
     let spread = eventually(
@@ -77,7 +100,7 @@ async fn a_lost_nodes_shard_is_served_again_and_its_pods_replaced_on_the_other_n
     .await;
     println!(
         "primaries on {spread:?} {:.1?} after the cluster was applied",
-        created.elapsed()
+        applied.elapsed()
     );
 
     let lost_node = spread[0].clone();
@@ -137,5 +160,101 @@ async fn a_lost_nodes_shard_is_served_again_and_its_pods_replaced_on_the_other_n
     assert!(
         report.primary_changes(0, SHARDS as u16) >= 1,
         "shard 0 never failed over"
+    );
+}
+
+#[tokio::test]
+async fn a_lost_node_holding_two_primaries_waits_for_the_operators_takeover() {
+    let (mut product, _) = cluster_on_three_nodes(&fleet_not_spread()).await;
+    // A node holding shard `i`'s primary and a replica of another shard `j`: `j` is switched
+    // over onto that replica, by name, so the node holds two of the three primaries.
+    let hosts = product.primary_hosts(NAMESPACE, "orders", SHARDS).await;
+    let pods = pods_and_hosts(&product);
+    let (node, j, replica) = hosts
+        .iter()
+        .find_map(|node| {
+            (0..SHARDS).find_map(|j| {
+                let prefix = format!("orders-{j}-");
+                let replica = pods.iter().find(|(pod, host)| {
+                    pod.starts_with(&prefix) && host == node && hosts[j as usize] != *node
+                })?;
+                Some((node.clone(), j, replica.0.clone()))
+            })
+        })
+        .unwrap_or_else(|| panic!("no node holds a primary and another shard's replica: {pods:?}"));
+    let (asked, said) = product.plugin(&[
+        "switchover",
+        "orders",
+        "--shard",
+        &j.to_string(),
+        "--to",
+        &replica,
+        "-n",
+        NAMESPACE,
+    ]);
+    assert!(asked, "{said}");
+    let crowded = eventually(
+        "two primaries on one node",
+        Duration::from_secs(90),
+        async || {
+            let hosts = product.primary_hosts(NAMESPACE, "orders", SHARDS).await;
+            let on_node: Vec<u32> = (0..SHARDS).filter(|s| hosts[*s as usize] == node).collect();
+            let converged = converged(&product.cluster(NAMESPACE, "orders"), "9.1.2");
+            match on_node.len() == 2 && converged {
+                true => Ok(on_node),
+                false => Err(format!("{hosts:?}")),
+            }
+        },
+    )
+    .await;
+
+    let watch = ClusterWatch::start(&product, NAMESPACE, "orders").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let lost_at = Instant::now();
+    let lost = product
+        .real_node_mut(&node)
+        .map(|real| real.lose())
+        .unwrap_or_else(|| panic!("no real node {node}"))
+        .unwrap();
+    let whole = eventually(
+        "orders whole again on the other nodes",
+        Duration::from_secs(240),
+        async || {
+            let cluster = product.cluster(NAMESPACE, "orders");
+            let pods = pods_and_hosts(&product);
+            let elsewhere = pods.iter().all(|(_, host)| *host != node);
+            match converged(&cluster, "9.1.2") && elsewhere && pods.len() == 6 {
+                true => Ok(lost_at.elapsed()),
+                false => Err(format!("{cluster:#}\n{pods:?}")),
+            }
+        },
+    )
+    .await;
+    let (report, lost_writes) = watch
+        .finish_losing_only_within(
+            &product,
+            lost_at - Duration::from_secs(1),
+            lost_at + Duration::from_secs(1),
+        )
+        .await;
+    drop(lost);
+    let gap = report.longest_write_gap();
+    let changes: Vec<usize> = (0..SHARDS as u16)
+        .map(|s| report.primary_changes(s, SHARDS as u16))
+        .collect();
+    println!(
+        "lost {node} (primaries of shards {crowded:?}, spread off): longest write gap \
+         {gap:.2?}, whole on the other nodes {whole:.1?} after the loss; {} acknowledged, \
+         {lost_writes} lost (all within 1 s of the loss); primary changes per shard {changes:?}",
+        report.log.acked,
+    );
+    // No majority survived, so Valkey failed nothing over: the operator took both shards
+    // over once they had been silent for its bound (20 s), and every write waited for it.
+    for shard in &crowded {
+        assert!(changes[*shard as usize] >= 1, "shard {shard}: {changes:?}");
+    }
+    assert!(
+        gap > Duration::from_secs(15) && gap < Duration::from_secs(90),
+        "served again only by the operator's takeover: {gap:?}"
     );
 }
