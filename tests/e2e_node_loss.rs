@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use harness::eventually;
 use harness::k8s::manifest::Manifest;
-use harness::k8s::{ClusterWatch, IMAGES, Product, ProductOptions, converged};
+use harness::k8s::{ClusterWatch, IMAGES, Product, ProductOptions, WatchReport, converged};
 use tokio::time::Instant;
 
 const NAMESPACE: &str = "lost";
@@ -79,6 +79,49 @@ fn pods_and_hosts(product: &Product) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Loses `node` under a writer, waits (at most `within_secs`) until the cluster is whole on the
+/// other nodes, and checks that nothing acknowledged outside the second around the loss was
+/// lost: the writer's report, the writes lost within that second, and how long after the loss
+/// the cluster was whole.
+async fn lose_under_a_writer(
+    product: &mut Product,
+    node: &str,
+    within_secs: u64,
+) -> (WatchReport, usize, Duration) {
+    let watch = ClusterWatch::start(product, NAMESPACE, "orders").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let lost_at = Instant::now();
+    let lost = product
+        .real_node_mut(node)
+        .map(|real| real.lose())
+        .unwrap_or_else(|| panic!("no real node {node}"))
+        .unwrap();
+    let product = &*product;
+    let whole = eventually(
+        "orders whole again on the other nodes",
+        Duration::from_secs(within_secs),
+        async || {
+            let cluster = product.cluster(NAMESPACE, "orders");
+            let pods = pods_and_hosts(product);
+            let elsewhere = pods.iter().all(|(_, host)| host != node);
+            match converged(&cluster, "9.1.2") && elsewhere && pods.len() == 6 {
+                true => Ok(lost_at.elapsed()),
+                false => Err(format!("{cluster:#}\n{pods:?}")),
+            }
+        },
+    )
+    .await;
+    let (report, lost_writes) = watch
+        .finish_losing_only_within(
+            product,
+            lost_at - Duration::from_secs(1),
+            lost_at + Duration::from_secs(1),
+        )
+        .await;
+    drop(lost);
+    (report, lost_writes, whole)
+}
+
 #[tokio::test]
 async fn a_lost_nodes_shard_is_served_again_and_its_pods_replaced_on_the_other_nodes() {
     let (mut product, applied) = cluster_on_three_nodes(&fleet()).await;
@@ -104,39 +147,7 @@ async fn a_lost_nodes_shard_is_served_again_and_its_pods_replaced_on_the_other_n
     );
 
     let lost_node = spread[0].clone();
-    let watch = ClusterWatch::start(&product, NAMESPACE, "orders").await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let lost_at = Instant::now();
-    let lost = product
-        .real_node_mut(&lost_node)
-        .map(|node| node.lose())
-        .unwrap_or_else(|| panic!("no real node {lost_node}"))
-        .unwrap();
-    let whole = eventually(
-        "orders whole again on the other nodes",
-        Duration::from_secs(180),
-        async || {
-            let cluster = product.cluster(NAMESPACE, "orders");
-            let pods = pods_and_hosts(&product);
-            let elsewhere = pods.iter().all(|(_, host)| *host != lost_node);
-            match converged(&cluster, "9.1.2") && elsewhere && pods.len() == 6 {
-                true => Ok(lost_at.elapsed()),
-                false => Err(format!("{cluster:#}\n{pods:?}")),
-            }
-        },
-    )
-    .await;
-    let (report, lost_writes) = watch
-        .finish_losing_only_within(
-            &product,
-            lost_at - Duration::from_secs(1),
-            lost_at + Duration::from_secs(1),
-        )
-        .await;
-    drop(lost);
-    if std::env::var_os("SHOW_STEPS").is_some() {
-        std::fs::write("/tmp/node-loss-operator.log", product.operator().log()).ok();
-    }
+    let (report, lost_writes, whole) = lose_under_a_writer(&mut product, &lost_node, 180).await;
     let gap = report.longest_write_gap();
     println!(
         "lost {lost_node} (primary of shard 0): longest write gap {gap:.2?}, whole on the other \
@@ -208,36 +219,7 @@ async fn a_lost_node_holding_two_primaries_waits_for_the_operators_takeover() {
     )
     .await;
 
-    let watch = ClusterWatch::start(&product, NAMESPACE, "orders").await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let lost_at = Instant::now();
-    let lost = product
-        .real_node_mut(&node)
-        .map(|real| real.lose())
-        .unwrap_or_else(|| panic!("no real node {node}"))
-        .unwrap();
-    let whole = eventually(
-        "orders whole again on the other nodes",
-        Duration::from_secs(240),
-        async || {
-            let cluster = product.cluster(NAMESPACE, "orders");
-            let pods = pods_and_hosts(&product);
-            let elsewhere = pods.iter().all(|(_, host)| *host != node);
-            match converged(&cluster, "9.1.2") && elsewhere && pods.len() == 6 {
-                true => Ok(lost_at.elapsed()),
-                false => Err(format!("{cluster:#}\n{pods:?}")),
-            }
-        },
-    )
-    .await;
-    let (report, lost_writes) = watch
-        .finish_losing_only_within(
-            &product,
-            lost_at - Duration::from_secs(1),
-            lost_at + Duration::from_secs(1),
-        )
-        .await;
-    drop(lost);
+    let (report, lost_writes, whole) = lose_under_a_writer(&mut product, &node, 240).await;
     let gap = report.longest_write_gap();
     let changes: Vec<usize> = (0..SHARDS as u16)
         .map(|s| report.primary_changes(s, SHARDS as u16))
