@@ -1,6 +1,7 @@
 //! Faults on the real nodes: a node's Pods cut off from every other node's, as a failed
-//! switch or a zone's uplink would cut them ([`Cut`]); a whole node lost at once, as a machine
-//! whose power fails is ([`Lost`]). The Pods of a node reach other nodes' only through
+//! switch or a zone's uplink would cut them, both ways or one way ([`Cut`]); a node's link
+//! congested ([`Congested`]); a whole node lost at once, as a machine whose power fails is
+//! ([`Lost`]). The Pods of a node reach other nodes' only through
 //! the host, which forwards between the bridges, so dropping forwarded packets between one
 //! node's subnet and the rest of the Pod networks is the cut; the host itself (the operator, the
 //! API server, a client running on it) still reaches both sides, as a control plane outside
@@ -14,48 +15,45 @@ use crate::Error;
 /// Every Pod network of the machine's real nodes.
 const POD_NETWORKS: &str = "198.18.0.0/16";
 
-/// A node's Pods cut off from the other nodes' Pods, both ways, until dropped.
+/// Which of a node's packets a [`Cut`] drops.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// To and from the other nodes' Pods.
+    Both,
+    /// From the node's Pods to the others' only (what it sends is lost, what it is sent arrives).
+    Outbound,
+    /// To the node's Pods from the others' only.
+    Inbound,
+}
+
+/// A node's Pods cut off from the other nodes' Pods, until dropped.
 #[derive(Debug)]
 pub struct Cut {
     chain: String,
 }
 
 impl Cut {
-    /// Cuts `subnet` (a node's Pod network, `198.18.N.0/24`) off from every other Pod network.
-    pub(crate) fn start(subnet: u8, pod_subnet: &str) -> Result<Self, Error> {
+    /// Cuts `subnet` (a node's Pod network, `198.18.N.0/24`) off from every other Pod network
+    /// in `direction`.
+    pub(crate) fn start(subnet: u8, pod_subnet: &str, direction: Direction) -> Result<Self, Error> {
         let chain = format!("VO-CUT-{subnet}");
         // One a killed test left on this subnet goes first.
         remove(&chain);
         let cut = Self { chain };
-        let rules: [&[&str]; 5] = [
-            &["-N", &cut.chain],
+        let chain = cut.chain.as_str();
+        let mut rules: Vec<Vec<&str>> = vec![
+            vec!["-N", chain],
             // A node's own Pods still reach each other across its bridge.
-            &[
-                "-A", &cut.chain, "-s", pod_subnet, "-d", pod_subnet, "-j", "RETURN",
-            ],
-            &[
-                "-A",
-                &cut.chain,
-                "-s",
-                pod_subnet,
-                "-d",
-                POD_NETWORKS,
-                "-j",
-                "DROP",
-            ],
-            &[
-                "-A",
-                &cut.chain,
-                "-s",
-                POD_NETWORKS,
-                "-d",
-                pod_subnet,
-                "-j",
-                "DROP",
-            ],
-            &["-I", "FORWARD", "1", "-j", &cut.chain],
+            vec!["-A", chain, "-s", pod_subnet, "-d", pod_subnet, "-j", "RETURN"],
         ];
-        for rule in rules {
+        if direction != Direction::Inbound {
+            rules.push(vec!["-A", chain, "-s", pod_subnet, "-d", POD_NETWORKS, "-j", "DROP"]);
+        }
+        if direction != Direction::Outbound {
+            rules.push(vec!["-A", chain, "-s", POD_NETWORKS, "-d", pod_subnet, "-j", "DROP"]);
+        }
+        rules.push(vec!["-I", "FORWARD", "1", "-j", chain]);
+        for rule in &rules {
             if !iptables(rule) {
                 return Err(Error::Binaries(format!(
                     "iptables {} failed: cutting {pod_subnet} off",
@@ -71,6 +69,56 @@ impl Drop for Cut {
     /// Heals the cut.
     fn drop(&mut self) {
         remove(&self.chain);
+    }
+}
+
+/// A node's link congested both ways, as an overloaded uplink is: at most `rate` a second
+/// leaves either end, what waits longer than the queue's latency bound is dropped. Every
+/// packet of the node's is slowed (its Pods', its kubelet's, what the host sends it). The
+/// kernel here has no `netem`, so this, not a fixed delay, is how the tests slow a link.
+#[derive(Debug)]
+pub struct Congested {
+    subnet: u8,
+}
+
+impl Congested {
+    pub(crate) fn start(subnet: u8, rate: &str) -> Result<Self, Error> {
+        let congested = Self { subnet };
+        congested.clear();
+        let shape = ["root", "tbf", "rate", rate, "burst", "16kbit", "latency", "500ms"];
+        let host_end = Command::new("tc")
+            .args(["qdisc", "add", "dev", &super::host::host_link(subnet)])
+            .args(shape)
+            .status();
+        let node_end = super::host::in_node_network(subnet, "tc")
+            .args(["qdisc", "add", "dev", "eth0"])
+            .args(shape)
+            .status();
+        match (host_end, node_end) {
+            (Ok(a), Ok(b)) if a.success() && b.success() => Ok(congested),
+            (a, b) => Err(Error::Binaries(format!(
+                "tc qdisc add tbf on node {subnet}'s link: {a:?}, {b:?}"
+            ))),
+        }
+    }
+
+    /// Removes both ends' queues; best effort.
+    fn clear(&self) {
+        let _ = Command::new("tc")
+            .args(["qdisc", "del", "dev", &super::host::host_link(self.subnet), "root"])
+            .stderr(Stdio::null())
+            .status();
+        let _ = super::host::in_node_network(self.subnet, "tc")
+            .args(["qdisc", "del", "dev", "eth0", "root"])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+impl Drop for Congested {
+    /// The link runs free again.
+    fn drop(&mut self) {
+        self.clear();
     }
 }
 

@@ -20,7 +20,7 @@ pub fn bridge_name(subnet: u8) -> String {
 }
 
 /// The host's end of the link to node N, `vo-hN`.
-fn host_link(subnet: u8) -> String {
+pub(crate) fn host_link(subnet: u8) -> String {
     format!("vo-h{subnet}")
 }
 

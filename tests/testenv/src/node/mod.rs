@@ -84,6 +84,8 @@ pub fn nodes_in_zones<S: AsRef<str>>(zones: &[S]) -> Vec<NodeOptions> {
 pub struct RealNode {
     name: String,
     subnet: u8,
+    /// What it was started with, to start it again after a loss ([`RealNode::restart`]).
+    options: NodeOptions,
     kubelet: Option<ProcessGuard>,
     containerd: Option<ProcessGuard>,
     // Declared last: removed after the processes using it are gone (see `Drop`).
@@ -105,6 +107,7 @@ impl RealNode {
         let mut node = RealNode {
             name: options.name.clone(),
             subnet,
+            options: options.clone(),
             kubelet: None,
             containerd: None,
             dir,
@@ -135,7 +138,18 @@ impl RealNode {
 
     /// Cuts this node's Pods off from every other node's until the [`fault::Cut`] is dropped.
     pub fn cut_off(&self) -> Result<fault::Cut, Error> {
-        fault::Cut::start(self.subnet, &self.pod_subnet())
+        self.cut_one_way(fault::Direction::Both)
+    }
+
+    /// [`Self::cut_off`] in one `direction` only (or both).
+    pub fn cut_one_way(&self, direction: fault::Direction) -> Result<fault::Cut, Error> {
+        fault::Cut::start(self.subnet, &self.pod_subnet(), direction)
+    }
+
+    /// Congests this node's link (at most `rate`, a `tc` rate such as `256kbit`, each way)
+    /// until the [`fault::Congested`] is dropped.
+    pub fn congest(&self, rate: &str) -> Result<fault::Congested, Error> {
+        fault::Congested::start(self.subnet, rate)
     }
 
     /// Loses the node at once, as a machine whose power fails: nothing of it answers again
@@ -152,6 +166,31 @@ impl RealNode {
         drop(self.containerd.take());
         host::kill_containers(&self.cgroup_root(), &self.socket());
         Ok(lost)
+    }
+
+    /// Starts a lost node again, as a machine that comes back after its power failed (drop its
+    /// [`fault::Lost`] first): what a reboot clears goes (its processes, mounts, Pod network
+    /// namespaces, containerd's state folder), what is on disk stays (images, the kubelet's
+    /// folder, the address leases); then containerd and the kubelet start, and the Node must
+    /// turn Ready again. The kubelet then finds its Pods in the API server as it left them.
+    pub async fn restart(&mut self, plane: &ControlPlane) -> Result<(), Error> {
+        drop(self.kubelet.take());
+        drop(self.containerd.take());
+        host::kill_containers(&self.cgroup_root(), &self.socket());
+        host::unmount_under(self.dir.path());
+        host::remove_network_namespaces(&self.pod_subnet());
+        let state = self.dir().join("containerd/state");
+        if state.exists() {
+            std::fs::remove_dir_all(&state)
+                .map_err(Error::io(format!("clearing {}", state.display())))?;
+        }
+        let cni_bin = tokio::task::spawn_blocking(cni_bin_dir)
+            .await
+            .map_err(|e| Error::Binaries(e.to_string()))??;
+        let options = self.options.clone();
+        self.start_containerd(&cni_bin).await?;
+        self.start_kubelet(plane, &options)?;
+        self.wait_ready(plane, options.ready_timeout).await
     }
 
     /// The node's folder (logs: `containerd.log`, `kubelet.log`).
