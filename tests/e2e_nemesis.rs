@@ -34,6 +34,7 @@ use std::time::Duration;
 use harness::k8s::{IMAGES, Product, ProductOptions, converged};
 use harness::valkey::stranger::{Seen, Stranger};
 use harness::valkey::{Sampler, Writer, lost_writes, primary_changes, try_layout};
+use harness::nemesis::{Dice, Windows, seeds};
 use harness::{eventually, signal};
 use testenv::KubeletOptions;
 use tokio::time::Instant;
@@ -51,23 +52,6 @@ const LONG_PAUSE: Duration = Duration::from_secs(40);
 /// The shortest hang the liveness probe can kill (three failed probes 3 s apart, the last
 /// timing out after 2 s): a primary paused this long may die and be taken over.
 const LIVENESS_KILLS_FROM: Duration = Duration::from_secs(8);
-
-/// SplitMix64: a seed's whole schedule, the same on every run.
-struct Dice(u64);
-
-impl Dice {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The change under way while the faults strike.
 #[derive(Clone, Copy, Debug)]
@@ -134,7 +118,7 @@ struct Schedule {
 
 impl Schedule {
     fn of(seed: u64) -> Self {
-        let mut dice = Dice(seed);
+        let mut dice = Dice::new(seed);
         let change = [
             Change::Roll,
             Change::MoreShards,
@@ -227,19 +211,6 @@ spec: {{configRef: {name}, shards: 2, replicasPerShard: 1}}
     )
 }
 
-/// Times that excuse a lost write: each primary death, with since when its shard's writes may
-/// have had no other copy.
-#[derive(Default)]
-struct Windows(Vec<(Instant, Instant)>);
-
-impl Windows {
-    fn excuses(&self, acknowledged: Instant) -> bool {
-        self.0
-            .iter()
-            .any(|&(from, to)| acknowledged <= to && acknowledged + REPLICATION_WINDOW >= from)
-    }
-}
-
 /// One seed's run against one cluster of its own.
 struct Run<'a> {
     product: &'a mut Product,
@@ -310,7 +281,7 @@ impl Run<'_> {
                 *self.primary_faults.entry(shard).or_default() += 1;
                 if dies {
                     let from = self.replica_impaired_since.unwrap_or(at).min(at);
-                    self.windows.0.push((from, at));
+                    self.windows.excuse(from, at);
                 }
             }
             Target::Replica(_) | Target::Joiner => {
@@ -610,7 +581,7 @@ async fn run_seed(product: &mut Product, seed: u64) -> Row {
         row.lost = lost.len();
         row.lost_outside = lost
             .iter()
-            .filter(|&&i| !run.windows.excuses(log.ack_times[i as usize]))
+            .filter(|&&i| !run.windows.excuses(log.ack_times[i as usize], REPLICATION_WINDOW))
             .count();
         let (shards, _, _) = Run::target(schedule.change);
         let planned = usize::from(matches!(schedule.change, Change::Roll));
@@ -656,22 +627,6 @@ async fn run_seed(product: &mut Product, seed: u64) -> Row {
     row
 }
 
-/// Seeds from `NEMESIS_SEEDS` (`3`, `1,4,9`, `1-50`), or 1 to 3.
-fn seeds() -> Vec<u64> {
-    let Ok(text) = std::env::var("NEMESIS_SEEDS") else {
-        return vec![1, 2, 3];
-    };
-    text.split(',')
-        .flat_map(|part| match part.trim().split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u64, u64) = (a.parse().unwrap(), b.parse().unwrap());
-                (a..=b).collect::<Vec<_>>()
-            }
-            None => vec![part.trim().parse().unwrap()],
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_at_random_lose_nothing_acknowledged_and_every_cluster_heals() {
     let kubelet = KubeletOptions {
@@ -689,7 +644,7 @@ async fn faults_at_random_lose_nothing_acknowledged_and_every_cluster_heals() {
         "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {NAMESPACE}}}\n"
     ));
     let mut rows = Vec::new();
-    for seed in seeds() {
+    for seed in seeds("NEMESIS_SEEDS", &[1, 2, 3]) {
         println!("nemesis | seed {seed} | {}", Schedule::of(seed).words());
         let row = run_seed(&mut product, seed).await;
         row.print();

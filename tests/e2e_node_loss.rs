@@ -14,7 +14,6 @@
 //! switchover putting two of the three primaries on one node, that node's loss takes Valkey's
 //! majority, no failover happens by itself, and the shards wait for the operator's takeover.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use harness::eventually;
@@ -127,20 +126,9 @@ async fn a_lost_nodes_shard_is_served_again_and_its_pods_replaced_on_the_other_n
     let (mut product, applied) = cluster_on_three_nodes(&fleet()).await;
     // Wherever the scheduler and the first failovers left them, the primaries end one to a
     // node (three nodes, three shards, every shard with a replica elsewhere).
-    let spread = eventually(
-        "the primaries stand one to a node",
-        Duration::from_secs(120),
-        async || {
-            let hosts = product.primary_hosts(NAMESPACE, "orders", SHARDS).await;
-            let distinct: BTreeSet<&String> = hosts.iter().collect();
-            let converged = converged(&product.cluster(NAMESPACE, "orders"), "9.1.2");
-            match distinct.len() == hosts.len() && converged {
-                true => Ok(hosts),
-                false => Err(format!("{hosts:?}")),
-            }
-        },
-    )
-    .await;
+    let spread = product
+        .primaries_apart(NAMESPACE, "orders", SHARDS, "9.1.2", Duration::from_secs(120))
+        .await;
     println!(
         "primaries on {spread:?} {:.1?} after the cluster was applied",
         applied.elapsed()

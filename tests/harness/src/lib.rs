@@ -7,6 +7,7 @@
 //! - [`valkey`]: a cluster-aware writer and an outside sampler on real valkey-server processes,
 //!   what the samples show, and the roller the roll tests drive;
 //! - [`eventually`]: waiting for a condition (from testenv, which needs it too);
+//! - [`nemesis`]: the dice, seeds and loss windows of the tests that draw faults at random;
 //! - [`metric`]: one value from the operator's `/metrics` text;
 //! - [`prometheus`]: a real Prometheus scraping the operator, queried with PromQL, and promtool;
 //! - [`signal`]: a signal to a local process (a Pod's server, the API server), for faults.
@@ -14,6 +15,7 @@
 pub mod https;
 pub mod k8s;
 pub mod metrics;
+pub mod nemesis;
 pub mod prometheus;
 pub mod valkey;
 

@@ -329,6 +329,18 @@ impl Product {
         }
     }
 
+    /// Starts the lost real node `name` again (see [`RealNode::restart`]), as a machine that
+    /// comes back.
+    pub async fn restart_real_node(&mut self, name: &str) -> Result<(), testenv::Error> {
+        let Nodes::Real(nodes) = &mut self.nodes else {
+            return Err(testenv::Error::Binaries("no real nodes".into()));
+        };
+        let Some(node) = nodes.iter_mut().find(|node| node.name() == name) else {
+            return Err(testenv::Error::Binaries(format!("no real node {name}")));
+        };
+        node.restart(&self.plane).await
+    }
+
     /// The process id of the valkey-server the test kubelet runs for a Pod.
     pub fn server_pid(&self, namespace: &str, pod: &str) -> u32 {
         self.kubelet()
@@ -366,6 +378,12 @@ impl Product {
 
     /// The real node a Pod runs on and its first container's host pid.
     pub fn container(&self, namespace: &str, pod: &str) -> (&RealNode, u32) {
+        self.try_container(namespace, pod)
+            .unwrap_or_else(|problem| panic!("{namespace}/{pod}: {problem}"))
+    }
+
+    /// [`Self::container`], or what stands in the way (no real node, no running container).
+    pub fn try_container(&self, namespace: &str, pod: &str) -> Result<(&RealNode, u32), String> {
         let json = get_json(
             &self.plane,
             &["get", "pod", "-n", namespace, pod, "-o", "json"],
@@ -375,17 +393,17 @@ impl Product {
             .real_nodes()
             .iter()
             .find(|node| node.name() == node_name)
-            .unwrap_or_else(|| panic!("{pod} is on no real node: {node_name:?}"));
+            .ok_or_else(|| format!("on no real node: {node_name:?}"))?;
         let container = json["status"]["containerStatuses"][0]["containerID"]
             .as_str()
             .unwrap_or_default();
         let id = container
             .strip_prefix("containerd://")
-            .unwrap_or_else(|| panic!("{pod} is not a containerd container: {container:?}"));
+            .ok_or_else(|| format!("not a containerd container: {container:?}"))?;
         let pid = node
             .task_pid(id)
-            .unwrap_or_else(|| panic!("no running task for {pod} ({id})"));
-        (node, pid)
+            .ok_or_else(|| format!("no running task ({id})"))?;
+        Ok((node, pid))
     }
 
     /// `kubectl ARGS`, which must succeed; stdout and stderr (warnings included).
@@ -489,6 +507,15 @@ impl Product {
     /// The Pod of shard `shard`'s primary, as the servers themselves say (Pods are named
     /// `<cluster>-<shard>-<suffix>`).
     pub async fn primary_of(&self, namespace: &str, cluster: &str, shard: u32) -> String {
+        self.try_primary_of(namespace, cluster, shard)
+            .await
+            .unwrap_or_else(|| {
+                panic!("shard {shard} of {namespace}/{cluster} has no primary that answers")
+            })
+    }
+
+    /// [`Self::primary_of`], or `None` while no server of the shard answers as its primary.
+    pub async fn try_primary_of(&self, namespace: &str, cluster: &str, shard: u32) -> Option<String> {
         let prefix = format!("{cluster}-{shard}-");
         for (name, address) in self.addresses(namespace, cluster) {
             if !name.starts_with(&prefix) {
@@ -501,10 +528,19 @@ impl Product {
                     .await
                     .is_ok_and(|r| r.role == valkey_operator::roll::Role::Primary)
             {
-                return name;
+                return Some(name);
             }
         }
-        panic!("shard {shard} of {namespace}/{cluster} has no primary that answers");
+        None
+    }
+
+    /// The Kubernetes Node a Pod runs on (empty before it is scheduled).
+    pub fn host_of(&self, namespace: &str, pod: &str) -> String {
+        let pod = get_json(&self.plane, &["get", "pod", "-n", namespace, pod, "-o", "json"]);
+        pod["spec"]["nodeName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
     }
 
     /// The Kubernetes Node of each shard's primary, shard by shard.
@@ -512,18 +548,36 @@ impl Product {
         let mut hosts = Vec::new();
         for shard in 0..shards {
             let primary = self.primary_of(namespace, cluster, shard).await;
-            let pod = get_json(
-                &self.plane,
-                &["get", "pod", "-n", namespace, &primary, "-o", "json"],
-            );
-            hosts.push(
-                pod["spec"]["nodeName"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            );
+            hosts.push(self.host_of(namespace, &primary));
         }
         hosts
+    }
+
+    /// Waits (at most `within`) until the cluster is converged on `version` with its `shards`
+    /// primaries one to a Node (the operator moves them apart); their Nodes, shard by shard.
+    pub async fn primaries_apart(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        shards: u32,
+        version: &str,
+        within: Duration,
+    ) -> Vec<String> {
+        eventually("the primaries stand one to a node", within, async || {
+            let mut hosts = Vec::new();
+            for shard in 0..shards {
+                let primary = self.try_primary_of(namespace, cluster, shard).await;
+                let primary = primary.ok_or(format!("shard {shard} has no primary yet"))?;
+                hosts.push(self.host_of(namespace, &primary));
+            }
+            let distinct: std::collections::BTreeSet<&String> = hosts.iter().collect();
+            let converged = converged(&self.cluster(namespace, cluster), version);
+            match distinct.len() == hosts.len() && converged {
+                true => Ok(hosts),
+                false => Err(format!("{hosts:?}")),
+            }
+        })
+        .await
     }
 
     /// A Pod of shard `shard` that is not its primary.
@@ -801,6 +855,8 @@ pub struct WatchReport {
     pub log: WriterLog,
     pub samples: Vec<Sample>,
     pub pods_after: BTreeMap<String, String>,
+    /// When each write lost inside the window a finish allowed was acknowledged.
+    pub lost_acknowledged: Vec<tokio::time::Instant>,
 }
 
 impl ClusterWatch {
@@ -867,8 +923,18 @@ impl ClusterWatch {
             log.acked,
             &outside[..outside.len().min(5)]
         );
+        let lost_acknowledged = within
+            .iter()
+            .filter_map(|&&index| log.ack_times.get(usize::try_from(index).ok()?).copied())
+            .collect();
         let within = within.len();
-        (report, within)
+        (
+            WatchReport {
+                lost_acknowledged,
+                ..report
+            },
+            within,
+        )
     }
 
     /// Stops, and checks that every acknowledged write is readable from the cluster as it is now.
@@ -889,6 +955,7 @@ impl ClusterWatch {
             log,
             samples,
             pods_after: product.addresses(&self.namespace, &self.name),
+            lost_acknowledged: Vec::new(),
         }
     }
 }
