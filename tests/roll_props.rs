@@ -322,8 +322,19 @@ fn run(start: &Start, desired: &DesiredShape, dice: Vec<bool>, failures_allowed:
                     n.slots.is_empty(),
                     "retired {node}, which owns slots: {step}"
                 );
+                // A second primary beside the shard's slot owner is a stray, not its primary.
+                let owner_beside = before.iter().any(|m| {
+                    m.shard == n.shard
+                        && m.name != n.name
+                        && m.reachable
+                        && m.role == Role::Primary
+                        && !m.slots.is_empty()
+                });
                 assert!(
-                    !(n.reachable && n.role == Role::Primary && n.shard < desired.shards),
+                    !(n.reachable
+                        && n.role == Role::Primary
+                        && n.shard < desired.shards
+                        && !owner_beside),
                     "retired the primary of a kept shard: {step}"
                 );
             }

@@ -36,7 +36,8 @@
 //!    shard's primary hands over to the replica named, or to its most caught-up synced replica
 //!    (up-to-date ones first); while that cannot be done, the cluster waits and says why.
 //! 9. Replicas, one shard at a time (a shard already being rolled goes first), replacing before
-//!    retiring, exactly as the upgrade guide describes:
+//!    retiring, exactly as the upgrade guide describes (first, a second primary of a shard that
+//!    owns no slots beside one that owns them is retired; two that own slots stall):
 //!    join an up-to-date replica while the shard is at or below its target and something is
 //!    outdated (or it is below target); retire the dead, then outdated replicas, only while
 //!    the shard stays at or above target; if the primary is outdated, one clean failover per
@@ -633,6 +634,17 @@ fn shard_step(view: &View, memory: &RollMemory, shard: u32) -> Option<Step> {
         });
     };
     if let Some(second) = view.primaries(shard).get(1) {
+        // One that owns nothing beside one that owns the slots is a replica Valkey promoted
+        // after they had moved on (seen on real nodes: a lost node came back with its old
+        // view, its stale claim made a replica follow the dead primary, and that replica then
+        // won an election for no slot). It serves no key and holds none: it goes.
+        if second.slot_count() == 0 && primary.slot_count() > 0 {
+            return Some(Step::RetireNode {
+                shard,
+                node: second.name.clone(),
+                reason: "a second primary of its shard, owning no slots".to_owned(),
+            });
+        }
         return Some(Step::Stalled {
             reason: StallReason::TwoPrimaries {
                 shard,

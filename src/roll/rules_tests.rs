@@ -565,9 +565,12 @@ fn a_shard_without_a_live_primary_stalls() {
 }
 
 #[test]
-fn two_primaries_in_a_shard_stall() {
-    let mut nodes = one_shard();
-    nodes.push(primary("p1", 0, vec![]));
+fn two_primaries_owning_slots_in_a_shard_stall() {
+    let nodes = vec![
+        primary("p0", 0, vec![SlotRange::new(0, 8191)]),
+        primary("p1", 0, vec![SlotRange::new(8192, (SLOT_COUNT - 1) as u16)]),
+        replica("r0", 0),
+    ];
     let reason = stall(plan(&shape(1, 1, OLD), &nodes, &RollMemory::default()));
     assert_eq!(
         reason,
@@ -578,6 +581,27 @@ fn two_primaries_in_a_shard_stall() {
         }
     );
     assert_eq!(reason.kind(), "TwoPrimaries");
+}
+
+#[test]
+fn a_second_primary_owning_nothing_beside_the_slot_owner_is_retired() {
+    let mut nodes = one_shard();
+    nodes.push(primary("p1", 0, vec![]));
+    assert_eq!(
+        plan(&shape(1, 1, OLD), &nodes, &RollMemory::default()),
+        Step::RetireNode {
+            shard: 0,
+            node: "p1".into(),
+            reason: "a second primary of its shard, owning no slots".into(),
+        }
+    );
+    // Whatever the names' order: the one that owns the slots stays.
+    let mut nodes = vec![primary("a0", 0, vec![]), replica("r0", 0)];
+    nodes.push(primary("z0", 0, all_slots()));
+    assert!(matches!(
+        plan(&shape(1, 1, OLD), &nodes, &RollMemory::default()),
+        Step::RetireNode { node, .. } if node == "a0"
+    ));
 }
 
 #[test]
