@@ -308,12 +308,8 @@ fn joining_nodes(view: &View) -> Option<Step> {
 /// than after every other shard's joiner is ready (as rule 9 would). Only on a settled cluster
 /// (rule 7's conditions), so a moment's trouble never surges nodes.
 fn short_shard(view: &View) -> Option<Step> {
-    let settled = view
-        .nodes
-        .iter()
-        .filter(|n| n.reachable)
-        .all(|n| n.cluster_ok && !n.migrating && n.unfinished_moves.is_empty());
-    if !settled {
+    // Only where rule 7 would let the cluster act at all.
+    if unsettled_cluster(view).is_some() {
         return None;
     }
     let target = view.desired.replicas_per_shard as usize;
@@ -816,10 +812,10 @@ fn spread_primaries(view: &View, memory: &RollMemory) -> Option<Step> {
     {
         return None;
     }
-    let settled = view.nodes.iter().all(|n| {
-        n.reachable && n.lifecycle == Lifecycle::Active && n.is_up_to_date(desired) && n.cluster_ok
-    });
-    if !settled {
+    // Rule 7 came first: every live node sees the slots served, and nothing migrates.
+    let every_node_steady = (view.nodes.iter())
+        .all(|n| n.reachable && n.lifecycle == Lifecycle::Active && n.is_up_to_date(desired));
+    if !every_node_steady {
         return None;
     }
     // Each shard's primary and the nodes it may stand on (itself and its staying replicas,
