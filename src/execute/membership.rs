@@ -52,6 +52,8 @@ pub async fn introduce<H: NodeHost>(
         .filter_map(|m| m.id.as_deref())
         .chain(live.iter().map(|n| n.id.as_str()))
         .collect();
+    // Before any forgetting: a replica refuses to forget its own primary.
+    repoint_orphans(&live, &views, timeouts).await?;
     let clients: Vec<NodeClient> = live.iter().map(|n| n.client.clone()).collect();
     for stranger in strangers(&views, &known) {
         tracing::info!(node_id = %stranger, "forgetting a node no member is");
@@ -77,6 +79,63 @@ pub fn strangers(views: &[Vec<ClusterNode>], known: &BTreeSet<&str>) -> BTreeSet
         })
         .map(|n| n.id.clone())
         .collect()
+}
+
+/// Re-points each active replica left following a primary that owns no slots while another
+/// node of its shard serves them (see [`orphans`]) at that node.
+async fn repoint_orphans<E: std::error::Error + 'static>(
+    live: &[Live<'_>],
+    views: &[Vec<ClusterNode>],
+    timeouts: &Timeouts,
+) -> Result<(), StepError<E>> {
+    let shards: Vec<u32> = live.iter().map(|n| n.member.shard).collect();
+    let joining: Vec<bool> = (live.iter())
+        .map(|n| n.member.lifecycle == Lifecycle::Joining)
+        .collect();
+    for (orphan, owner) in orphans(&shards, &joining, views) {
+        let (node, primary) = (&live[orphan], &live[owner]);
+        tracing::info!(node = %node.member.name, primary = %primary.member.name, "re-pointing a replica whose primary serves nothing at its shard's primary");
+        node.client.replicate(&primary.id, timeouts.start).await?;
+    }
+    Ok(())
+}
+
+/// The replicas (by index into `views`, each node's own `CLUSTER NODES`, beside its shard and
+/// whether it is still joining) that follow a primary owning no slots while another settled
+/// node of their shard owns slots, each with that node's index. A replica that was joining
+/// when its primary's machine was lost, or that missed its shard's failover, is left following
+/// the old primary: Valkey moves a replica to its primary's successor only within a failover
+/// it takes part in (`cluster-allow-replica-migration no`), so it would never sync again, and
+/// its old primary could never be forgotten. A replica of a primary that still owns slots is
+/// left alone, even if that primary is down: it may be the heir.
+fn orphans(shards: &[u32], joining: &[bool], views: &[Vec<ClusterNode>]) -> Vec<(usize, usize)> {
+    let own_line = |index: usize| views[index].iter().find(|n| n.myself);
+    let serving = |index: usize| {
+        !joining[index] && own_line(index).is_some_and(|l| l.primary && !l.slots.is_empty())
+    };
+    let mut found = Vec::new();
+    for (index, view) in views.iter().enumerate() {
+        let Some(follows) = own_line(index).and_then(|line| line.replica_of.as_deref()) else {
+            continue;
+        };
+        let followed_owns_slots = view
+            .iter()
+            .find(|n| n.id == follows)
+            .is_some_and(|n| !n.slots.is_empty());
+        if joining[index] || followed_owns_slots {
+            continue;
+        }
+        let owner = (0..views.len()).find(|&other| {
+            other != index
+                && shards[other] == shards[index]
+                && serving(other)
+                && own_line(other).is_some_and(|l| l.id != follows)
+        });
+        if let Some(owner) = owner {
+            found.push((index, owner));
+        }
+    }
+    found
 }
 
 /// The members that answer as themselves. A member not yet recorded that answers with another
@@ -250,6 +309,41 @@ mod tests {
 
     fn known<'a>(ids: &[&'a str]) -> BTreeSet<&'a str> {
         ids.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_replica_following_a_primary_that_serves_nothing_is_repointed_at_its_shards_owner() {
+        // r1 joined shard 0 as gone's replica; gone's machine was lost and p0 took its slots.
+        let orphan = view(
+            "gone 127.0.9.1:6379@16379 master,fail - 1 1 3 connected\n\
+             p0 127.0.9.2:6379@16379 master - 0 0 6 connected 0-16383\n\
+             r1 127.0.9.3:6379@16379 myself,slave gone 0 0 3 connected\n",
+        );
+        let owner = view(
+            "p0 127.0.9.2:6379@16379 myself,master - 0 0 6 connected 0-16383\n\
+             r1 127.0.9.3:6379@16379 slave - 0 0 3 connected\n",
+        );
+        let views = [orphan.clone(), owner.clone()];
+        assert_eq!(orphans(&[0, 0], &[false, false], &views), vec![(0, 1)]);
+        // Not while it joins (the join attaches it), nor to another shard's owner.
+        assert!(orphans(&[0, 0], &[true, false], &views).is_empty());
+        assert!(orphans(&[0, 1], &[false, false], &views).is_empty());
+        // Nor while the primary it follows still owns slots, even down: it may be the heir.
+        let heir = view(
+            "gone 127.0.9.1:6379@16379 master,fail - 1 1 3 connected 0-16383\n\
+             r1 127.0.9.3:6379@16379 myself,slave gone 0 0 3 connected\n",
+        );
+        assert!(orphans(&[0, 0], &[false, false], &[heir, owner]).is_empty());
+        // A replica of its shard's owner is where it should be.
+        let home = view(
+            "p0 127.0.9.2:6379@16379 master - 0 0 6 connected 0-16383\n\
+             r1 127.0.9.3:6379@16379 myself,slave p0 0 0 6 connected\n",
+        );
+        assert!(orphans(&[0, 0], &[false, false], &[home, orphan_owner()]).is_empty());
+    }
+
+    fn orphan_owner() -> Vec<ClusterNode> {
+        view("p0 127.0.9.2:6379@16379 myself,master - 0 0 6 connected 0-16383\n")
     }
 
     #[test]
