@@ -74,6 +74,11 @@ fn wire(subnet: u8) -> Result<(), Error> {
     let (host, node) = (host_address(subnet), node_link_address(subnet));
     let pods = format!("198.18.{subnet}.0/24");
     let node_address = format!("198.18.{subnet}.1/24");
+    // Set, not left to the kernel: a bridge without an address of its own takes the lowest of
+    // its ports', so each Pod that goes can change the gateway's MAC under every other Pod,
+    // whose replies then go nowhere until their ARP entries expire (up to 30 s and more; the
+    // real-node nemesis lost primaries to it). CNI's bridge plugin and kubenet set it too.
+    let bridge_mac = format!("02:76:6f:00:00:{subnet:02x}");
     let on_host: [&[&str]; 4] = [
         &[
             "link", "add", &link, "type", "veth", "peer", "name", "eth0", "netns", &namespace,
@@ -92,7 +97,7 @@ fn wire(subnet: u8) -> Result<(), Error> {
             "route", "add", &pods, "via", &node, "dev", &link, "src", &host,
         ],
     ];
-    let in_node: [&[&str]; 12] = [
+    let in_node: [&[&str]; 13] = [
         &["link", "set", "lo", "up"],
         &[
             "addr",
@@ -106,6 +111,7 @@ fn wire(subnet: u8) -> Result<(), Error> {
         &["link", "set", "eth0", "up"],
         &["route", "add", "default", "via", &host],
         &["link", "add", &bridge, "type", "bridge"],
+        &["link", "set", &bridge, "address", &bridge_mac],
         &["addr", "add", &node_address, "dev", &bridge],
         &["link", "set", &bridge, "up"],
         // The host's address, local here, and a table of its own that routes it to the host,
