@@ -32,9 +32,9 @@ use std::fmt;
 use std::time::Duration;
 
 use harness::k8s::{IMAGES, Product, ProductOptions, converged};
+use harness::nemesis::{Dice, Windows, seeds};
 use harness::valkey::stranger::{Seen, Stranger};
 use harness::valkey::{Sampler, Writer, lost_writes, primary_changes, try_layout};
-use harness::nemesis::{Dice, Windows, seeds};
 use harness::{eventually, signal};
 use testenv::KubeletOptions;
 use tokio::time::Instant;
@@ -581,7 +581,10 @@ async fn run_seed(product: &mut Product, seed: u64) -> Row {
         row.lost = lost.len();
         row.lost_outside = lost
             .iter()
-            .filter(|&&i| !run.windows.excuses(log.ack_times[i as usize], REPLICATION_WINDOW))
+            .filter(|&&i| {
+                !run.windows
+                    .excuses(log.ack_times[i as usize], REPLICATION_WINDOW)
+            })
             .count();
         let (shards, _, _) = Run::target(schedule.change);
         let planned = usize::from(matches!(schedule.change, Change::Roll));

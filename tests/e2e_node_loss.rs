@@ -127,7 +127,13 @@ async fn a_lost_nodes_shard_is_served_again_and_its_pods_replaced_on_the_other_n
     // Wherever the scheduler and the first failovers left them, the primaries end one to a
     // node (three nodes, three shards, every shard with a replica elsewhere).
     let spread = product
-        .primaries_apart(NAMESPACE, "orders", SHARDS, "9.1.2", Duration::from_secs(120))
+        .primaries_apart(
+            NAMESPACE,
+            "orders",
+            SHARDS,
+            "9.1.2",
+            Duration::from_secs(120),
+        )
         .await;
     println!(
         "primaries on {spread:?} {:.1?} after the cluster was applied",

@@ -14,7 +14,8 @@ impl Dice {
         Self(seed)
     }
 
-    pub fn next(&mut self) -> u64 {
+    /// The next number of the sequence.
+    pub fn roll(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -24,7 +25,7 @@ impl Dice {
 
     /// A number in `0..n`.
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.roll() % n
     }
 
     /// One of `choices`.

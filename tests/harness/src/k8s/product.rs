@@ -515,7 +515,12 @@ impl Product {
     }
 
     /// [`Self::primary_of`], or `None` while no server of the shard answers as its primary.
-    pub async fn try_primary_of(&self, namespace: &str, cluster: &str, shard: u32) -> Option<String> {
+    pub async fn try_primary_of(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        shard: u32,
+    ) -> Option<String> {
         let prefix = format!("{cluster}-{shard}-");
         for (name, address) in self.addresses(namespace, cluster) {
             if !name.starts_with(&prefix) {
@@ -536,7 +541,10 @@ impl Product {
 
     /// The Kubernetes Node a Pod runs on (empty before it is scheduled).
     pub fn host_of(&self, namespace: &str, pod: &str) -> String {
-        let pod = get_json(&self.plane, &["get", "pod", "-n", namespace, pod, "-o", "json"]);
+        let pod = get_json(
+            &self.plane,
+            &["get", "pod", "-n", namespace, pod, "-o", "json"],
+        );
         pod["spec"]["nodeName"]
             .as_str()
             .unwrap_or_default()

@@ -44,13 +44,33 @@ impl Cut {
         let mut rules: Vec<Vec<&str>> = vec![
             vec!["-N", chain],
             // A node's own Pods still reach each other across its bridge.
-            vec!["-A", chain, "-s", pod_subnet, "-d", pod_subnet, "-j", "RETURN"],
+            vec![
+                "-A", chain, "-s", pod_subnet, "-d", pod_subnet, "-j", "RETURN",
+            ],
         ];
         if direction != Direction::Inbound {
-            rules.push(vec!["-A", chain, "-s", pod_subnet, "-d", POD_NETWORKS, "-j", "DROP"]);
+            rules.push(vec![
+                "-A",
+                chain,
+                "-s",
+                pod_subnet,
+                "-d",
+                POD_NETWORKS,
+                "-j",
+                "DROP",
+            ]);
         }
         if direction != Direction::Outbound {
-            rules.push(vec!["-A", chain, "-s", POD_NETWORKS, "-d", pod_subnet, "-j", "DROP"]);
+            rules.push(vec![
+                "-A",
+                chain,
+                "-s",
+                POD_NETWORKS,
+                "-d",
+                pod_subnet,
+                "-j",
+                "DROP",
+            ]);
         }
         rules.push(vec!["-I", "FORWARD", "1", "-j", chain]);
         for rule in &rules {
@@ -85,7 +105,9 @@ impl Congested {
     pub(crate) fn start(subnet: u8, rate: &str) -> Result<Self, Error> {
         let congested = Self { subnet };
         congested.clear();
-        let shape = ["root", "tbf", "rate", rate, "burst", "16kbit", "latency", "500ms"];
+        let shape = [
+            "root", "tbf", "rate", rate, "burst", "16kbit", "latency", "500ms",
+        ];
         let host_end = Command::new("tc")
             .args(["qdisc", "add", "dev", &super::host::host_link(subnet)])
             .args(shape)
@@ -105,7 +127,13 @@ impl Congested {
     /// Removes both ends' queues; best effort.
     fn clear(&self) {
         let _ = Command::new("tc")
-            .args(["qdisc", "del", "dev", &super::host::host_link(self.subnet), "root"])
+            .args([
+                "qdisc",
+                "del",
+                "dev",
+                &super::host::host_link(self.subnet),
+                "root",
+            ])
             .stderr(Stdio::null())
             .status();
         let _ = super::host::in_node_network(self.subnet, "tc")
