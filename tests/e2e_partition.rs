@@ -1,5 +1,6 @@
 //! A network partition on real nodes: the node holding one shard's primary (and no other
-//! primary) cut off from every other node's Pods for 12 s (`testenv::node::fault::Cut`), while
+//! primary) cut off from every other node's Pods for 30 s (12 s in the second test:
+//! `testenv::node::fault::Cut`), while
 //! the operator and a stock cluster client on the host still reach both sides, as a control
 //! plane outside the cut would.
 //!
@@ -9,11 +10,14 @@
 //! it took in alone is gone. What the operator must add nothing to: one failover for the cut
 //! shard, none for the others, no node retired for being cut off, and no loss outside that
 //! window (10 s). What it adds after the heal: the primaries, which the failover left two on one
-//! node, stand one to a node again (rule 12), by at most one more switchover of the cut shard. With `min-replicas-to-write 1` and `min-replicas-max-lag 2` in the config
-//! (the second test), the cut primary refuses writes (`NOREPLICAS`) once its replica's
-//! acknowledgements are 2 s old, and the window narrows to that (5 s); a client that keeps
+//! node, stand one to a node again (rule 12), by at most one more switchover of the cut shard.
+//!
+//! With `min-replicas-to-write 1` and `min-replicas-max-lag 2` in the config (the second test),
+//! the cut primary refuses writes (`NOREPLICAS`) once its replica's last acknowledgement (sent
+//! every second) is 2 s old, and the window narrows to that (5 s allowed); a client that keeps
 //! asking it (redis-py's cluster client takes `NOREPLICAS` for an answer, not for a moved slot)
-//! waits until the cut heals.
+//! waits until the cut heals. Each test prints when the lost writes were acknowledged, from the
+//! cut's start.
 
 use std::time::Duration;
 
@@ -24,7 +28,6 @@ use tokio::time::Instant;
 
 const NAMESPACE: &str = "cut";
 const SHARDS: u16 = 3;
-const CUT_FOR: Duration = Duration::from_secs(12);
 
 /// The namespace, a config on 9.1.2 with `settings`, and a 3 × 1 cluster on it.
 fn fleet(settings: &str) -> String {
@@ -36,22 +39,6 @@ fn fleet(settings: &str) -> String {
         )
         .cluster((NAMESPACE, "orders"), "cut", u32::from(SHARDS), 1)
         .yaml()
-}
-
-/// The Nodes of the primaries once they stand one to a node (the operator moves them apart).
-async fn primaries_apart(product: &Product, within: Duration) -> Vec<String> {
-    eventually("the primaries stand one to a node", within, async || {
-        let hosts = product
-            .primary_hosts(NAMESPACE, "orders", u32::from(SHARDS))
-            .await;
-        let distinct: std::collections::BTreeSet<&String> = hosts.iter().collect();
-        let converged = converged(&product.cluster(NAMESPACE, "orders"), "9.1.2");
-        match distinct.len() == hosts.len() && converged {
-            true => Ok(hosts),
-            false => Err(format!("{hosts:?}")),
-        }
-    })
-    .await
 }
 
 /// The cluster up on three real nodes with its primaries one to a node, and the node of one.
@@ -67,14 +54,22 @@ async fn cluster_on_three_nodes(settings: &str) -> (Product, u16, String) {
         converged(&product.cluster(NAMESPACE, "orders"), "9.1.2").then_some(())
     })
     .await;
-    let hosts = primaries_apart(&product, Duration::from_secs(120)).await;
+    let hosts = product
+        .primaries_apart(
+            NAMESPACE,
+            "orders",
+            u32::from(SHARDS),
+            "9.1.2",
+            Duration::from_secs(120),
+        )
+        .await;
     (product, 0, hosts[0].clone())
 }
 
-/// Cuts the node of a lone primary off for [`CUT_FOR`] and checks what it cost: one failover of
+/// Cuts the node of a lone primary off for `cut_for` and checks what it cost: one failover of
 /// its shard, none of the others, the same nodes before and after, no acknowledged write lost
 /// outside `may_lose` of the cut's start.
-async fn cut_a_lone_primarys_node(settings: &str, may_lose: Duration) {
+async fn cut_a_lone_primarys_node(settings: &str, cut_for: Duration, may_lose: Duration) {
     let (product, shard, node) = cluster_on_three_nodes(settings).await;
     let real = product
         .real_nodes()
@@ -85,7 +80,7 @@ async fn cut_a_lone_primarys_node(settings: &str, may_lose: Duration) {
     let watch = ClusterWatch::start(&product, NAMESPACE, "orders").await;
     let cut_at = Instant::now();
     let cut = real.cut_off().unwrap();
-    tokio::time::sleep(CUT_FOR).await;
+    tokio::time::sleep(cut_for).await;
     drop(cut);
     let after = eventually(
         "orders whole again after the cut",
@@ -102,7 +97,15 @@ async fn cut_a_lone_primarys_node(settings: &str, may_lose: Duration) {
     .await;
     assert_eq!(after, before, "nodes were replaced for having been cut off");
     let healed = Instant::now();
-    let spread = primaries_apart(&product, Duration::from_secs(120)).await;
+    let spread = product
+        .primaries_apart(
+            NAMESPACE,
+            "orders",
+            u32::from(SHARDS),
+            "9.1.2",
+            Duration::from_secs(120),
+        )
+        .await;
     let spread_after = healed.elapsed();
     let (report, lost) = watch
         .finish_losing_only_within(&product, cut_at, cut_at + may_lose)
@@ -118,9 +121,17 @@ async fn cut_a_lone_primarys_node(settings: &str, may_lose: Duration) {
         report.assert_shard(other, SHARDS, 0, 0);
     }
     println!("primaries apart again ({spread:?}) {spread_after:.1?} after the heal was whole");
+    let offsets: Vec<f64> = (report.lost_acknowledged.iter())
+        .map(|at| at.saturating_duration_since(cut_at).as_secs_f64())
+        .collect();
+    let (first, last) = (
+        offsets.iter().copied().fold(f64::INFINITY, f64::min),
+        offsets.iter().copied().fold(0.0, f64::max),
+    );
     println!(
-        "cut {node} (primary of shard {shard}) off for {CUT_FOR:?}: {} acknowledged, {lost} lost, \
-         all within {may_lose:?} of the cut; longest write gap {:.2?}",
+        "cut {node} (primary of shard {shard}) off for {cut_for:?}: {} acknowledged, {lost} lost, \
+         acknowledged from {first:.2} s to {last:.2} s after the cut began (allowed: {may_lose:?}); \
+         longest write gap {:.2?}",
         report.log.acked,
         report.longest_write_gap()
     );
@@ -128,11 +139,16 @@ async fn cut_a_lone_primarys_node(settings: &str, may_lose: Duration) {
 
 #[tokio::test]
 async fn a_cut_off_primary_loses_only_what_it_took_in_before_it_knew_and_fails_over_once() {
-    cut_a_lone_primarys_node(r#"{save: ""}"#, Duration::from_secs(10)).await;
+    let (cut_for, may_lose) = (Duration::from_secs(30), Duration::from_secs(10));
+    cut_a_lone_primarys_node(r#"{save: ""}"#, cut_for, may_lose).await;
 }
 
 #[tokio::test]
 async fn min_replicas_to_write_narrows_what_a_cut_off_primary_can_lose() {
+    // A 12 s cut. After 30 s cuts (`min-replicas-max-lag` 1 twice, 2 once) the writer stood
+    // still for more than 10 s once the cluster was whole again, every time: not understood
+    // yet.
     let bounded = r#"{save: "", min-replicas-to-write: "1", min-replicas-max-lag: "2"}"#;
-    cut_a_lone_primarys_node(bounded, Duration::from_secs(5)).await;
+    let (cut_for, may_lose) = (Duration::from_secs(12), Duration::from_secs(5));
+    cut_a_lone_primarys_node(bounded, cut_for, may_lose).await;
 }
