@@ -32,7 +32,7 @@ use std::fmt;
 use std::time::Duration;
 
 use harness::k8s::{IMAGES, Product, ProductOptions, converged};
-use harness::nemesis::{Dice, Windows, seeds};
+use harness::nemesis::{Dice, Windows, assert_no_failing_seeds, schedule_words, seeds};
 use harness::valkey::stranger::{Seen, Stranger};
 use harness::valkey::{Sampler, Writer, lost_writes, primary_changes, try_layout};
 use harness::{eventually, signal};
@@ -157,12 +157,7 @@ impl Schedule {
     }
 
     fn words(&self) -> String {
-        let faults: Vec<String> = self
-            .faults
-            .iter()
-            .map(|(at, f)| format!("{f}@{:.1}s", at.as_secs_f64()))
-            .collect();
-        format!("{:?}: {}", self.change, faults.join(", "))
+        schedule_words(&self.change, &self.faults)
     }
 }
 
@@ -657,12 +652,8 @@ async fn faults_at_random_lose_nothing_acknowledged_and_every_cluster_heals() {
     for row in &rows {
         row.print();
     }
-    let failed: Vec<String> = rows
-        .iter()
-        .filter_map(|r| Some(format!("seed {}: {}", r.seed, r.failure.as_ref()?)))
-        .collect();
-    assert!(
-        failed.is_empty(),
-        "failing seeds (replay with NEMESIS_SEEDS=<seed>): {failed:#?}"
+    assert_no_failing_seeds(
+        rows.iter().map(|r| (r.seed, r.failure.as_ref())),
+        "NEMESIS_SEEDS",
     );
 }

@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use harness::k8s::manifest::Manifest;
 use harness::k8s::{IMAGES, Product, ProductOptions, converged};
-use harness::nemesis::{Dice, Windows, seeds};
+use harness::nemesis::{Dice, Windows, assert_no_failing_seeds, schedule_words, seeds};
 use harness::valkey::{Sampler, Writer, lost_writes, primary_changes, try_layout};
 use testenv::node::fault::{Congested, Cut, Direction, Lost};
 use tokio::time::Instant;
@@ -181,12 +181,7 @@ impl Schedule {
     }
 
     fn words(&self) -> String {
-        let faults: Vec<String> = self
-            .faults
-            .iter()
-            .map(|(at, f)| format!("{f}@{:.1}s", at.as_secs_f64()))
-            .collect();
-        format!("{:?}: {}", self.change, faults.join(", "))
+        schedule_words(&self.change, &self.faults)
     }
 }
 
@@ -754,12 +749,8 @@ async fn faults_of_machines_and_networks_at_random_lose_nothing_outside_their_wi
     for row in &rows {
         row.print();
     }
-    let failed: Vec<String> = rows
-        .iter()
-        .filter_map(|r| Some(format!("seed {}: {}", r.seed, r.failure.as_ref()?)))
-        .collect();
-    assert!(
-        failed.is_empty(),
-        "failing seeds (replay with REAL_NEMESIS_SEEDS=<seed>): {failed:#?}"
+    assert_no_failing_seeds(
+        rows.iter().map(|r| (r.seed, r.failure.as_ref())),
+        "REAL_NEMESIS_SEEDS",
     );
 }

@@ -41,6 +41,14 @@ fn fleet(settings: &str) -> String {
         .yaml()
 }
 
+/// The Nodes of orders' primaries, once they stand one to a node.
+async fn orders_apart(product: &Product) -> Vec<String> {
+    let within = Duration::from_secs(120);
+    product
+        .primaries_apart(NAMESPACE, "orders", u32::from(SHARDS), "9.1.2", within)
+        .await
+}
+
 /// The cluster up on three real nodes with its primaries one to a node, and the node of one.
 async fn cluster_on_three_nodes(settings: &str) -> (Product, u16, String) {
     let product = Product::start_with(ProductOptions {
@@ -54,15 +62,7 @@ async fn cluster_on_three_nodes(settings: &str) -> (Product, u16, String) {
         converged(&product.cluster(NAMESPACE, "orders"), "9.1.2").then_some(())
     })
     .await;
-    let hosts = product
-        .primaries_apart(
-            NAMESPACE,
-            "orders",
-            u32::from(SHARDS),
-            "9.1.2",
-            Duration::from_secs(120),
-        )
-        .await;
+    let hosts = orders_apart(&product).await;
     (product, 0, hosts[0].clone())
 }
 
@@ -97,15 +97,7 @@ async fn cut_a_lone_primarys_node(settings: &str, cut_for: Duration, may_lose: D
     .await;
     assert_eq!(after, before, "nodes were replaced for having been cut off");
     let healed = Instant::now();
-    let spread = product
-        .primaries_apart(
-            NAMESPACE,
-            "orders",
-            u32::from(SHARDS),
-            "9.1.2",
-            Duration::from_secs(120),
-        )
-        .await;
+    let spread = orders_apart(&product).await;
     let spread_after = healed.elapsed();
     let (report, lost) = watch
         .finish_losing_only_within(&product, cut_at, cut_at + may_lose)

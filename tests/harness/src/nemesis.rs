@@ -1,7 +1,8 @@
 //! What every nemesis (faults drawn at random from a seed) shares: the dice a seed's schedule is
-//! drawn with, the seeds a run takes from its environment variable, and the windows that
-//! excuse a lost write.
+//! drawn with, the seeds a run takes from its environment variable, the windows that excuse a
+//! lost write, a schedule in a row's words, and the run's final check that no seed failed.
 
+use std::fmt::{Debug, Display};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -71,4 +72,29 @@ impl Windows {
             .iter()
             .any(|&(from, to)| acknowledged <= to && acknowledged + slack >= from)
     }
+}
+
+/// A schedule in a row's words: `Change: fault@1.2s, fault@3.4s`.
+pub fn schedule_words(change: &impl Debug, faults: &[(Duration, impl Display)]) -> String {
+    let faults: Vec<String> = faults
+        .iter()
+        .map(|(at, fault)| format!("{fault}@{:.1}s", at.as_secs_f64()))
+        .collect();
+    format!("{change:?}: {}", faults.join(", "))
+}
+
+/// Fails the run unless no seed failed: `failures` are each seed's failure, if any; the message
+/// says how to replay one with `variable`.
+pub fn assert_no_failing_seeds<'a>(
+    failures: impl IntoIterator<Item = (u64, Option<&'a String>)>,
+    variable: &str,
+) {
+    let failed: Vec<String> = failures
+        .into_iter()
+        .filter_map(|(seed, failure)| Some(format!("seed {seed}: {}", failure?)))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "failing seeds (replay with {variable}=<seed>): {failed:#?}"
+    );
 }
