@@ -292,15 +292,20 @@ impl Run<'_> {
         let product = &*self.product;
         let mut primaries = Vec::new();
         let mut replica = false;
+        // The Pods on `host`, read once: each read is a kubectl call.
+        let here: Vec<String> = (product.addresses(NAMESPACE, &self.name).into_keys())
+            .filter(|pod| product.host_of(NAMESPACE, pod) == host)
+            .collect();
         for shard in 0..self.shards {
-            let primary = self.primary_of(shard).await;
             let prefix = format!("{}-{shard}-", self.name);
-            for pod in product.addresses(NAMESPACE, &self.name).into_keys() {
-                if !pod.starts_with(&prefix) || product.host_of(NAMESPACE, &pod) != host {
-                    continue;
-                }
+            let mine: Vec<&String> = here.iter().filter(|pod| pod.starts_with(&prefix)).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let primary = self.primary_of(shard).await;
+            for pod in mine {
                 match primary.as_ref() {
-                    Some(primary) if *primary != pod => replica = true,
+                    Some(primary) if primary != pod => replica = true,
                     _ => {
                         if !primaries.contains(&shard) {
                             primaries.push(shard);
