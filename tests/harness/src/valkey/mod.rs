@@ -2,6 +2,7 @@
 //! cluster-aware [`Writer`] that records every acknowledged write, an outside [`Sampler`] of
 //! `CLUSTER NODES`, and what a cluster looks like now (versions, layout, primaries).
 
+mod apart;
 pub mod attacks;
 pub mod logins;
 pub mod roller;

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 use valkey_operator::valkey::ClusterNode;
+
+use super::apart::Apart;
 
 /// One `CLUSTER NODES` read from outside.
 pub struct Sample {
@@ -25,7 +26,7 @@ pub struct Sampler {
     stop: Arc<AtomicBool>,
     /// How many samples it has recorded so far.
     recorded: Arc<AtomicUsize>,
-    task: JoinHandle<Vec<Sample>>,
+    task: Apart<Vec<Sample>>,
 }
 
 impl Sampler {
@@ -34,7 +35,7 @@ impl Sampler {
         let flag = stop.clone();
         let recorded = Arc::new(AtomicUsize::new(0));
         let count = recorded.clone();
-        let task = tokio::spawn(async move {
+        let task = Apart::spawn("sampler", move || async move {
             let mut known: Vec<String> = seeds;
             let mut samples = Vec::new();
             let mut current = 0;
@@ -100,7 +101,7 @@ impl Sampler {
 
     pub async fn stop(self) -> Vec<Sample> {
         self.stop.store(true, Ordering::Relaxed);
-        self.task.await.unwrap()
+        self.task.join().await
     }
 }
 

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep};
 use valkey_operator::valkey::ClusterNode;
 
+use super::apart::Apart;
 use super::{key, key_slot};
 use crate::eventually;
 
@@ -165,7 +165,7 @@ impl WriterLog {
 pub struct Writer {
     stop: Arc<AtomicBool>,
     acked: Arc<AtomicU64>,
-    task: JoinHandle<WriterLog>,
+    task: Apart<WriterLog>,
 }
 
 impl Writer {
@@ -173,7 +173,7 @@ impl Writer {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(AtomicU64::new(0));
         let (flag, counter) = (stop.clone(), acked.clone());
-        let task = tokio::spawn(async move {
+        let task = Apart::spawn("writer", move || async move {
             let mut router = Router::new(&seeds);
             let mut log = WriterLog {
                 acked: 0,
@@ -220,7 +220,7 @@ impl Writer {
 
     pub async fn stop(self) -> WriterLog {
         self.stop.store(true, Ordering::Relaxed);
-        self.task.await.unwrap()
+        self.task.join().await
     }
 }
 
