@@ -239,8 +239,13 @@ impl Run<'_> {
         }
     }
 
-    /// A Pod of `shard` whose server answers as a primary (or as a replica).
+    /// The Pod of `shard`'s primary (owning its slots), or one of its replicas.
     async fn by_role(&self, shard: u32, primary: bool) -> Option<String> {
+        if primary {
+            return (self.product)
+                .try_primary_of(NAMESPACE, &self.name, shard)
+                .await;
+        }
         let prefix = format!("{}-{shard}-", self.name);
         for (pod, address) in self.product.addresses(NAMESPACE, &self.name) {
             if !pod.starts_with(&prefix) {
@@ -251,13 +256,7 @@ impl Run<'_> {
                 continue;
             };
             let role = client.replication_info().await.ok().map(|r| r.role);
-            if role
-                == Some(if primary {
-                    Role::Primary
-                } else {
-                    Role::Replica
-                })
-            {
+            if role == Some(Role::Replica) {
                 return Some(pod);
             }
         }

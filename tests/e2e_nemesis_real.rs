@@ -707,6 +707,11 @@ async fn run_seed(product: &mut Product, seed: u64) -> Row {
         }
     }
     let product = &*run.product;
+    if row.failure.is_some() {
+        for kept in product.keep_pod_logs(NAMESPACE, &name) {
+            println!("real nemesis | seed {seed} | kept {kept}");
+        }
+    }
     product.try_kubectl(
         &[
             "delete",

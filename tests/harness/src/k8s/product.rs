@@ -504,6 +504,38 @@ impl Product {
             .collect()
     }
 
+    /// Copies the logs of a cluster's Pods (every container, the current run and the one
+    /// before a restart) to `/tmp/valkey-operator-failed-<namespace>-<pod>.log`, for a failure
+    /// to be read after the test has deleted the cluster; returns the files written.
+    pub fn keep_pod_logs(&self, namespace: &str, name: &str) -> Vec<String> {
+        let mut kept = Vec::new();
+        for pod in self.addresses(namespace, name).into_keys() {
+            let mut text = String::new();
+            for previous in ["--previous=true", "--previous=false"] {
+                let (ok, out) = self.try_kubectl(
+                    &[
+                        "logs",
+                        "-n",
+                        namespace,
+                        &pod,
+                        "--all-containers",
+                        "--timestamps",
+                        previous,
+                    ],
+                    None,
+                );
+                if ok {
+                    text.push_str(&out);
+                }
+            }
+            let path = format!("/tmp/valkey-operator-failed-{namespace}-{pod}.log");
+            if std::fs::write(&path, text).is_ok() {
+                kept.push(path);
+            }
+        }
+        kept
+    }
+
     /// The Pod of shard `shard`'s primary, as the servers themselves say (Pods are named
     /// `<cluster>-<shard>-<suffix>`).
     pub async fn primary_of(&self, namespace: &str, cluster: &str, shard: u32) -> String {
@@ -514,7 +546,8 @@ impl Product {
             })
     }
 
-    /// [`Self::primary_of`], or `None` while no server of the shard answers as its primary.
+    /// [`Self::primary_of`], or `None` while no server of the shard answers as a primary
+    /// owning slots.
     pub async fn try_primary_of(
         &self,
         namespace: &str,
@@ -527,11 +560,13 @@ impl Product {
                 continue;
             }
             let client = crate::valkey::logins::admin(&address, Duration::from_secs(2)).await;
+            // A joiner is a primary too until it is made a replica, and its name may sort
+            // first: only a primary owning slots is the shard's (a real-nemesis seed cut the
+            // true primary's node while believing it cut a replica's).
             if let Ok(client) = client
-                && client
-                    .replication_info()
-                    .await
-                    .is_ok_and(|r| r.role == valkey_operator::roll::Role::Primary)
+                && client.cluster_nodes().await.is_ok_and(|nodes| {
+                    (nodes.iter()).any(|n| n.myself && n.primary && !n.slots.is_empty())
+                })
             {
                 return Some(name);
             }
