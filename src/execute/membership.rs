@@ -18,7 +18,7 @@ use futures::future::join_all;
 
 use super::{Member, NodeHost, StepError, Timeouts};
 use crate::roll::Lifecycle;
-use crate::valkey::{ClusterNode, NodeAddress, NodeClient, Reach, forget_everywhere};
+use crate::valkey::{ClusterNode, EngineError, NodeAddress, NodeClient, Reach, forget_everywhere};
 
 /// A member that answered just now.
 struct Live<'a> {
@@ -293,7 +293,19 @@ async fn attach_joining_replicas<E: std::error::Error + 'static>(
             if follows.is_some() {
                 tracing::info!(node = %node.member.name, primary = %primary.member.name, "re-pointing a joining replica at its shard's primary");
             }
-            node.client.replicate(&primary.id, timeouts.start).await?;
+            match node.client.replicate(&primary.id, timeouts.start).await {
+                Ok(()) => {}
+                // Gossip has not introduced the primary to the joiner yet (a cut can hold it
+                // off for as long as it lasts): a later pass attaches it, rather than this one
+                // holding every other step of the cluster meanwhile.
+                Err(EngineError::Deadline { last, .. }) => tracing::info!(
+                    node = %node.member.name,
+                    primary = %primary.member.name,
+                    answer = %last,
+                    "the joining replica does not know its primary yet"
+                ),
+                Err(other) => return Err(other.into()),
+            }
         }
     }
     Ok(())

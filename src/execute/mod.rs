@@ -26,8 +26,9 @@ use crate::valkey::{EngineError, Expected, NodeAddress};
 pub struct Timeouts {
     /// One engine call (and connecting).
     pub call: Duration,
-    /// A new replica must be accepted by `CLUSTER REPLICATE` (gossip has introduced its
-    /// primary) within this.
+    /// How long one pass retries `CLUSTER REPLICATE` for a new replica while gossip has not
+    /// introduced its primary to it (usually well under a second after the MEET); after that,
+    /// a later pass tries again.
     pub start: Duration,
     /// A joining node must become ready (synced) within this, or the roll stalls on it.
     pub join: Duration,
@@ -41,7 +42,7 @@ impl Default for Timeouts {
     fn default() -> Self {
         Self {
             call: Duration::from_secs(2),
-            start: Duration::from_secs(10),
+            start: Duration::from_secs(3),
             join: Duration::from_secs(60),
             failover: Duration::from_secs(10),
             migration: Duration::from_secs(120),
