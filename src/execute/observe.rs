@@ -128,10 +128,34 @@ pub async fn observe(members: &[Member], reach: &Reach) -> Vec<ObservedNode> {
                     Some(Unheard::Unreadable | Unheard::Untrusted)
                 ),
                 untrusted: unheard.get(member.name.as_str()) == Some(&Unheard::Untrusted),
+                alive_to_peers: member
+                    .id
+                    .as_deref()
+                    .is_some_and(|id| alive_to_peers(id, reports.values())),
                 ..unanswered(member, &view)
             },
         })
         .collect()
+}
+
+/// Whether the node `id` is up in the eyes of the nodes that answered: each that lists it
+/// sees it up (no `fail` or `fail?` flag, its link connected), and a primary owning slots is
+/// among them (only those count in Valkey's failure detection).
+fn alive_to_peers<'a>(id: &str, reports: impl Iterator<Item = &'a NodeReport>) -> bool {
+    let mut seen_by_a_voter = false;
+    for report in reports {
+        let Some(seen) = report.view.iter().find(|n| n.id == id) else {
+            continue;
+        };
+        if seen.failed || seen.suspected || !seen.link_connected {
+            return false;
+        }
+        seen_by_a_voter |= report
+            .myself
+            .as_ref()
+            .is_some_and(|me| !me.slots.is_empty());
+    }
+    seen_by_a_voter
 }
 
 /// Slots left open by key-by-key migrations between members, by the name of the source: what
@@ -245,6 +269,7 @@ fn unheard(member: &Member) -> ObservedNode {
         removed: member.removed,
         // The caller's clock decides (see `ObservedNode::hung`).
         hung: false,
+        alive_to_peers: false,
         leaving: member.leaving,
         not_started: member.not_started.clone(),
         location: member.location.clone(),
@@ -307,5 +332,59 @@ fn answered(
         cluster_ok: report.cluster_ok,
         migrating: report.migrating,
         ..unheard(member)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report of a node whose `CLUSTER NODES` is `text` (its own line flagged `myself`).
+    fn report(text: &str) -> NodeReport {
+        let view = ClusterNode::parse_all(text).unwrap_or_default();
+        NodeReport {
+            role: Role::Primary,
+            link_up: false,
+            sync_in_progress: false,
+            replica_offset: 0,
+            master_repl_offset: 0,
+            cluster_ok: true,
+            migrating: false,
+            myself: view.iter().find(|n| n.myself).cloned(),
+            view,
+        }
+    }
+
+    #[test]
+    fn a_node_is_alive_to_its_peers_only_if_every_one_that_lists_it_sees_it_up() {
+        let p1_sees_p0_up = report(
+            "p0 127.0.9.1:6379@16379 master - 0 0 1 connected 0-8191\n\
+             p1 127.0.9.2:6379@16379 myself,master - 0 0 2 connected 8192-16383\n",
+        );
+        let r1_sees_p0_up = report(
+            "p0 127.0.9.1:6379@16379 master - 0 0 1 connected 0-8191\n\
+             r1 127.0.9.3:6379@16379 myself,slave p1 0 0 2 connected\n",
+        );
+        assert!(alive_to_peers(
+            "p0",
+            [&p1_sees_p0_up, &r1_sees_p0_up].into_iter()
+        ));
+        // A replica's word alone is not Valkey's failure detection: a voter must see it.
+        assert!(!alive_to_peers("p0", [&r1_sees_p0_up].into_iter()));
+        // Suspected, failed, or its link down in any view: not alive to its peers.
+        for flags in ["master,fail?", "master,fail"] {
+            let doubts = report(&format!(
+                "p0 127.0.9.1:6379@16379 {flags} - 0 0 1 connected 0-8191\n\
+                 p2 127.0.9.4:6379@16379 myself,master - 0 0 3 connected\n"
+            ));
+            assert!(!alive_to_peers("p0", [&p1_sees_p0_up, &doubts].into_iter()));
+        }
+        let link_down = report(
+            "p0 127.0.9.1:6379@16379 master - 0 0 1 disconnected 0-8191\n\
+             p1 127.0.9.2:6379@16379 myself,master - 0 0 2 connected 8192-16383\n",
+        );
+        assert!(!alive_to_peers("p0", [&link_down].into_iter()));
+        // Nobody lists it: nobody vouches for it.
+        assert!(!alive_to_peers("p9", [&p1_sees_p0_up].into_iter()));
     }
 }

@@ -206,6 +206,11 @@ pub struct ObservedNode {
     /// paused or cut off. It is treated as dead (its shard is taken over, it is replaced),
     /// but not as gone: what it holds is never given up as lost while it may come back.
     pub hung: bool,
+    /// It does not answer the operator, but every answering node that lists it sees it up (no
+    /// failure flag, its link connected), a primary owning slots among them: the operator's own
+    /// path to it is cut, not the node. Such a primary is never taken over (rule 1): Valkey's
+    /// failure detection, which sees it, is the judge.
+    pub alive_to_peers: bool,
     /// Someone asked for it to go (its ValkeyNode was deleted by hand): it counts as outdated,
     /// so it is replaced before it is retired, and as a primary it hands its shard over first.
     pub leaving: bool,
@@ -257,6 +262,7 @@ impl ObservedNode {
             terminated: false,
             removed: false,
             hung: false,
+            alive_to_peers: false,
             leaving: false,
             not_started: None,
             location: Location::default(),

@@ -104,6 +104,12 @@ pub enum WaitReason {
         shard: u32,
         heir: String,
     },
+    /// A primary has not answered the operator for long, but every node that answers sees it
+    /// up: the operator's own path to it is cut, and it is not taken over.
+    OperatorCutOff {
+        node: String,
+        shard: u32,
+    },
     /// A switchover a person asked for cannot be carried out yet, for `blocker`.
     Switchover {
         shard: u32,
@@ -130,6 +136,7 @@ impl WaitReason {
             | WaitReason::ValkeyFailover { shard, .. }
             | WaitReason::FailoverTargetSyncing { shard, .. }
             | WaitReason::HeirUnreachable { shard, .. }
+            | WaitReason::OperatorCutOff { shard, .. }
             | WaitReason::Switchover { shard, .. }
             | WaitReason::SupervisedFailover { shard, .. } => Some(*shard),
             WaitReason::SlotMigration { .. }
@@ -147,6 +154,7 @@ impl WaitReason {
             WaitReason::ClusterNotOk { .. } => "ClusterNotOk",
             WaitReason::FailoverTargetSyncing { .. } => "FailoverTargetSyncing",
             WaitReason::HeirUnreachable { .. } => "HeirUnreachable",
+            WaitReason::OperatorCutOff { .. } => "OperatorCutOff",
             WaitReason::Switchover { .. } => "SwitchoverBlocked",
             WaitReason::SupervisedFailover { .. } => "SupervisedFailover",
             WaitReason::Rollout(why) => why.kind(),
@@ -180,6 +188,12 @@ impl fmt::Display for WaitReason {
                 f,
                 "{node}, primary of shard {shard}, is dead and its replica {heir} does not \
                  answer right now: waiting for it before choosing who takes the shard over"
+            ),
+            WaitReason::OperatorCutOff { node, shard } => write!(
+                f,
+                "{node}, primary of shard {shard}, has not answered the operator for long, but \
+                 every node that answers sees it up: the operator's path to it is cut, and \
+                 nothing is taken over"
             ),
             WaitReason::Switchover { shard, blocker } => write!(
                 f,
@@ -460,6 +474,15 @@ mod tests {
                 },
                 "p0, primary of shard 0 owning 8192 slots, is unreachable: waiting for \
                  Valkey's own failover",
+            ),
+            (
+                WaitReason::OperatorCutOff {
+                    node: node("p0"),
+                    shard: 0,
+                },
+                "p0, primary of shard 0, has not answered the operator for long, but every \
+                 node that answers sees it up: the operator's path to it is cut, and nothing \
+                 is taken over",
             ),
             (
                 WaitReason::SlotMigration { node: node("p1") },

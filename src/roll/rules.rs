@@ -2,8 +2,9 @@
 //! Healing comes first, whatever else is in flight; the roll itself last.
 //!
 //! 1. A primary that owns slots but does not answer. If it is dead (its server stopped for
-//!    good, or it has been silent for long while its Pod runs), its most caught-up replica
-//!    takes over; while a replica of it is silent only for a moment, that one is waited for
+//!    good, or it has been silent for long while its Pod runs, and the nodes that answer do
+//!    not all see it up: if they do, only the operator is cut off from it, and it waits), its
+//!    most caught-up replica takes over; while a replica of it is silent only for a moment, that one is waited for
 //!    first. With no copy left (a replica, or a primary of the shard taken over while it was
 //!    silent), a primary whose server stopped is retired and its slots served again, empty;
 //!    copies that exist but stay silent stall for a person. A primary silent only for a
@@ -367,7 +368,9 @@ fn join_blocker(view: &View, node: &ObservedNode) -> Option<JoinBlocker> {
 }
 
 /// Rule 1: a slot owner that does not answer. Dead (its server stopped for good, or silent
-/// for long while its Pod runs): its most caught-up replica takes over, once every replica that
+/// for long while its Pod runs, unless the nodes that answer all see it up: then only the
+/// operator is cut off from it, and nothing is taken over): its most caught-up replica takes
+/// over, once every replica that
 /// is silent only for a moment has answered again or stayed silent for long; with no copy
 /// left anywhere, a stopped primary is retired so that its slots can be served again (empty),
 /// while copies that exist but stay silent stall for a person. Silent only for a moment
@@ -407,6 +410,10 @@ fn dead_primaries(view: &View) -> Option<Step> {
             None => Step::Stalled {
                 reason: StallReason::DeadPrimaryWithoutReplica { node, shard, slots },
             },
+        }
+    } else if !dead.terminated && dead.alive_to_peers {
+        Step::Wait {
+            reason: WaitReason::OperatorCutOff { node, shard },
         }
     } else if let Some(waited_for) = waited_for {
         Step::Wait {

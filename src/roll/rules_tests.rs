@@ -376,6 +376,43 @@ fn a_primary_silent_for_long_is_taken_over_by_its_most_caught_up_replica() {
 }
 
 #[test]
+fn a_primary_silent_only_to_the_operator_is_never_taken_over() {
+    // p0 has not answered the operator for long, but the nodes that answer all see it up:
+    // the operator's own path to it is cut. A takeover would demote a primary that serves.
+    let mut nodes = one_shard();
+    nodes[0].reachable = false;
+    nodes[0].hung = true;
+    nodes[0].alive_to_peers = true;
+    let memory = RollMemory::default();
+    let desired = shape(1, 1, OLD);
+    assert_eq!(
+        wait(plan(&desired, &nodes, &memory)),
+        WaitReason::OperatorCutOff {
+            node: "p0".into(),
+            shard: 0,
+        }
+    );
+    // Once its peers see it down too, it is dead: taken over.
+    nodes[0].alive_to_peers = false;
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        Step::TakeOver {
+            shard: 0,
+            from: "p0".into(),
+            to: "r0".into(),
+        }
+    );
+    // A server that stopped for good is dead whatever its peers last saw.
+    nodes[0].alive_to_peers = true;
+    nodes[0].hung = false;
+    nodes[0].terminated = true;
+    assert!(matches!(
+        plan(&desired, &nodes, &memory),
+        Step::TakeOver { .. }
+    ));
+}
+
+#[test]
 fn a_dead_primary_is_taken_over_whatever_else_is_in_flight() {
     let mut nodes = one_shard();
     nodes.push(primary("p1", 1, vec![]));
