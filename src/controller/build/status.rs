@@ -358,10 +358,12 @@ pub fn needs_a_person(conditions: &[Condition]) -> Option<String> {
     failing(ConditionType::Degraded, "True").or_else(|| failing(ConditionType::AclApplied, "False"))
 }
 
+/// Slots served by primaries that answer, or that every node answering sees up (only the
+/// operator's path to them is cut: clients are served).
 fn slots_served(observed: &[ObservedNode]) -> u32 {
     observed
         .iter()
-        .filter(|o| o.reachable && o.role == Role::Primary)
+        .filter(|o| (o.reachable || o.alive_to_peers) && o.role == Role::Primary)
         .map(ObservedNode::slot_count)
         .sum()
 }

@@ -183,6 +183,15 @@ fn a_stall_is_degraded_and_an_active_cluster_stays_active_while_slots_are_unserv
         summarize(&ValkeyClusterStatus::default(), &pass, at(10)).state,
         Some(ClusterState::Creating)
     );
+    // Its peers all see it up: only the operator's path to it is cut, its slots are served.
+    let mut cut_off = observed.clone();
+    cut_off[1].alive_to_peers = true;
+    let pass = PassReport {
+        observed: &cut_off,
+        ..pass
+    };
+    let status = summarize(&before, &pass, at(10));
+    assert_eq!(condition(&status, ConditionType::Ready).status, "True");
 }
 
 #[test]
