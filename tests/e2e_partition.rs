@@ -18,12 +18,19 @@
 //! asking it (redis-py's cluster client takes `NOREPLICAS` for an answer, not for a moved slot)
 //! waits until the cut heals. Each test prints when the lost writes were acknowledged, from the
 //! cut's start.
+//!
+//! The third test cuts the operator alone off from the node of a shard's primary for 65 s
+//! (`testenv::node::fault::ProcessCut`: its own packets to that node's Pods dropped; clients,
+//! the API server and the other nodes still reach them), longer than the operator waits
+//! before it takes a silent primary for dead: the primary serves, its peers see it up, so
+//! nothing is taken over, the cluster says why it waits, and nothing changes.
 
 use std::time::Duration;
 
 use harness::eventually;
 use harness::k8s::manifest::Manifest;
 use harness::k8s::{ClusterWatch, IMAGES, Product, ProductOptions, converged};
+use testenv::node::fault::Destination;
 use tokio::time::Instant;
 
 const NAMESPACE: &str = "cut";
@@ -143,4 +150,76 @@ async fn min_replicas_to_write_narrows_what_a_cut_off_primary_can_lose() {
     let bounded = r#"{save: "", min-replicas-to-write: "1", min-replicas-max-lag: "2"}"#;
     let (cut_for, may_lose) = (Duration::from_secs(12), Duration::from_secs(5));
     cut_a_lone_primarys_node(bounded, cut_for, may_lose).await;
+}
+
+/// How long the third test cuts the operator off: past the time it says why it waits.
+const CUT_OPERATOR_FOR: Duration = Duration::from_secs(65);
+
+#[tokio::test]
+async fn the_operator_cut_off_from_a_primarys_node_takes_nothing_over() {
+    let (product, shard, node) = cluster_on_three_nodes(r#"{save: ""}"#).await;
+    let real = (product.real_nodes().iter())
+        .find(|n| n.name() == node)
+        .unwrap();
+    let before: Vec<String> = product.addresses(NAMESPACE, "orders").into_keys().collect();
+    let watch = ClusterWatch::start(&product, NAMESPACE, "orders").await;
+    let subnet = real.pod_subnet();
+    let cut = product
+        .operator()
+        .cut_from(&[Destination {
+            network: &subnet,
+            tcp_port: None,
+        }])
+        .unwrap();
+    let cut_at = Instant::now();
+    // Past the silence bound (20 s, counted from the first observation that finds it silent,
+    // up to 10 s later for a settled cluster), the primary would have been taken for dead.
+    let said = eventually(
+        "the cluster Ready, its Progressing condition saying the operator is cut off",
+        Duration::from_secs(60),
+        async || {
+            let cluster = product.cluster(NAMESPACE, "orders");
+            let conditions = cluster["status"]["conditions"].as_array().cloned();
+            let condition = |type_: &str| {
+                (conditions.iter().flatten())
+                    .find(|c| c["type"] == type_)
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            let progressing = condition("Progressing");
+            let message = progressing["message"].as_str().unwrap_or_default();
+            // Clients are served all along: the cluster stays Ready.
+            let ready = condition("Ready")["status"] == "True";
+            match ready && message.contains("the operator's path to it is cut") {
+                true => Ok(message.to_string()),
+                false => Err(format!("{cluster:#}")),
+            }
+        },
+    )
+    .await;
+    let said_after = cut_at.elapsed();
+    tokio::time::sleep(CUT_OPERATOR_FOR.saturating_sub(cut_at.elapsed())).await;
+    drop(cut);
+    eventually(
+        "orders converged after the cut",
+        Duration::from_secs(60),
+        async || converged(&product.cluster(NAMESPACE, "orders"), "9.1.2").then_some(()),
+    )
+    .await;
+    let after: Vec<String> = product.addresses(NAMESPACE, "orders").into_keys().collect();
+    assert_eq!(
+        after, before,
+        "nodes were replaced for the operator's own cut"
+    );
+    let report = watch.finish(&product).await;
+    for any in 0..SHARDS {
+        report.assert_shard(any, SHARDS, 0, 1);
+    }
+    println!(
+        "operator cut off from {node} (primary of shard {shard}) for {CUT_OPERATOR_FOR:?}: said so after \
+         {said_after:.1?} (\"{said}\"); no primary change, no node replaced; {} acknowledged, \
+         none lost; longest write gap {:.2?}",
+        report.log.acked,
+        report.longest_write_gap()
+    );
 }

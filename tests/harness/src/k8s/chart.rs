@@ -312,6 +312,9 @@ pub struct Operator {
     kubeconfig: PathBuf,
     /// The bearer token /metrics is read with, if the identity has one.
     metrics_token: Option<String>,
+    /// The cgroup (v2) it runs in, for [`Self::cut_from`]: its path under the v2 root, and
+    /// its `cgroup.procs`; `None` where none could be made.
+    cgroup: Option<(String, PathBuf)>,
 }
 
 impl Operator {
@@ -361,7 +364,9 @@ impl Operator {
         args.extend(extra.iter().map(Into::into));
         let log = identity.path(log_name);
         let kubeconfig = identity.path("kubeconfig");
-        let child = spawn_operator(binary, &args, &kubeconfig, &log);
+        let cgroup = testenv::node::fault::process_cgroup(&format!("vo-op-{port}"));
+        let procs = cgroup.as_ref().map(|(_, procs)| procs.as_path());
+        let child = spawn_operator(binary, &args, &kubeconfig, &log, procs);
         Self {
             child,
             binary: binary.to_path_buf(),
@@ -372,7 +377,28 @@ impl Operator {
             args,
             kubeconfig,
             metrics_token: std::fs::read_to_string(identity.path("metrics-token")).ok(),
+            cgroup,
         }
+    }
+
+    /// Cuts this process (and only it: clients and the API server on the same machine still
+    /// reach everything) off from `destinations` until the cut is dropped: a partition between
+    /// the operator and the nodes' Pods, or between it and its API server.
+    pub fn cut_from(
+        &self,
+        destinations: &[testenv::node::fault::Destination<'_>],
+    ) -> Result<testenv::node::fault::ProcessCut, testenv::Error> {
+        let Some((cgroup, _)) = &self.cgroup else {
+            return Err(testenv::Error::Binaries(
+                "the operator runs in no cgroup of its own (no writable cgroup v2 hierarchy)"
+                    .into(),
+            ));
+        };
+        testenv::node::fault::ProcessCut::start(cgroup, destinations)
+    }
+
+    fn procs(&self) -> Option<&Path> {
+        self.cgroup.as_ref().map(|(_, procs)| procs.as_path())
     }
 
     /// Kills the process without warning (SIGKILL: no lease released, no step finished), then
@@ -380,7 +406,13 @@ impl Operator {
     pub fn kill_and_restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = spawn_operator(&self.binary, &self.args, &self.kubeconfig, &self.log);
+        self.child = spawn_operator(
+            &self.binary,
+            &self.args,
+            &self.kubeconfig,
+            &self.log,
+            self.procs(),
+        );
     }
 
     /// The process id of the operator now running.
@@ -393,7 +425,13 @@ impl Operator {
             .status();
         let _ = self.child.wait();
         self.binary = binary.to_path_buf();
-        self.child = spawn_operator(&self.binary, &self.args, &self.kubeconfig, &self.log);
+        self.child = spawn_operator(
+            &self.binary,
+            &self.args,
+            &self.kubeconfig,
+            &self.log,
+            self.procs(),
+        );
     }
 
     pub fn pid(&self) -> u32 {
@@ -473,18 +511,33 @@ impl Operator {
     }
 }
 
+/// Starts the operator; in the cgroup whose `cgroup.procs` is `procs`, if given (a shell
+/// joins it, then becomes the operator: the pid is the same, and every socket the operator
+/// opens belongs to the cgroup; if joining fails, the operator still starts, outside it).
 fn spawn_operator(
     binary: &Path,
     args: &[std::ffi::OsString],
     kubeconfig: &Path,
     log: &Path,
+    procs: Option<&Path>,
 ) -> Child {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
         .unwrap();
-    Command::new(binary)
+    let mut command = match procs {
+        Some(procs) => {
+            let mut joined = Command::new("sh");
+            joined
+                .args(["-c", r#"echo $$ > "$1"; shift; exec "$@""#, "sh"])
+                .arg(procs)
+                .arg(binary);
+            joined
+        }
+        None => Command::new(binary),
+    };
+    command
         .args(args)
         .env("KUBECONFIG", kubeconfig)
         .env("RUST_LOG", "info")
@@ -498,6 +551,11 @@ impl Drop for Operator {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some((_, procs)) = &self.cgroup
+            && let Some(dir) = procs.parent()
+        {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 

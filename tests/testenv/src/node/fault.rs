@@ -1,7 +1,8 @@
 //! Faults on the real nodes: a node's Pods cut off from every other node's, as a failed
 //! switch or a zone's uplink would cut them, both ways or one way ([`Cut`]); a node's link
 //! congested ([`Congested`]); a whole node lost at once, as a machine whose power fails is
-//! ([`Lost`]). The Pods of a node reach other nodes' only through
+//! ([`Lost`]); one process (the operator) cut off from the nodes or from its API server
+//! ([`ProcessCut`]). The Pods of a node reach other nodes' only through
 //! the host, which forwards between the bridges, so dropping forwarded packets between one
 //! node's subnet and the rest of the Pod networks is the cut; the host itself (the operator, the
 //! API server, a client running on it) still reaches both sides, as a control plane outside
@@ -191,14 +192,116 @@ impl Drop for Lost {
     }
 }
 
+/// One process cut off from some destinations, as a partition between it and them would cut
+/// it, while everything else on the machine still reaches them: what a control plane outside a
+/// cut zone loses when the cut runs between it and the nodes, or between it and its API
+/// server. The process must run in a cgroup (v2) of its own ([`process_cgroup`]): the rule
+/// drops what its sockets send there (what it was sent then goes unanswered).
+#[derive(Debug)]
+pub struct ProcessCut {
+    chain: String,
+}
+
+/// Where a [`ProcessCut`] drops packets to: a network (`198.18.3.0/24`) or an address, and
+/// one TCP port of it or all.
+#[derive(Clone, Copy, Debug)]
+pub struct Destination<'a> {
+    pub network: &'a str,
+    pub tcp_port: Option<u16>,
+}
+
+impl ProcessCut {
+    /// Cuts the processes of `cgroup` (a path under the cgroup v2 root, as
+    /// [`process_cgroup`] gives it) off from `destinations` until dropped.
+    pub fn start(cgroup: &str, destinations: &[Destination<'_>]) -> Result<Self, Error> {
+        let chain = format!("VO-PCUT-{}", cgroup.replace(['/', '.'], "-"));
+        let chain = chain.chars().take(28).collect::<String>();
+        remove(&chain);
+        let cut = Self { chain };
+        let chain = cut.chain.as_str();
+        let ports: Vec<String> = (destinations.iter())
+            .map(|d| d.tcp_port.map(|p| p.to_string()).unwrap_or_default())
+            .collect();
+        let mut rules: Vec<Vec<&str>> = vec![vec!["-N", chain]];
+        for (destination, port) in destinations.iter().zip(&ports) {
+            let mut rule = vec!["-A", chain, "-d", destination.network];
+            if destination.tcp_port.is_some() {
+                rule.extend(["-p", "tcp", "--dport", port.as_str()]);
+            }
+            rule.extend(["-j", "DROP"]);
+            rules.push(rule);
+        }
+        rules.push(vec![
+            "-I", "OUTPUT", "1", "-m", "cgroup", "--path", cgroup, "-j", chain,
+        ]);
+        for rule in &rules {
+            if !iptables(rule) {
+                return Err(Error::Binaries(format!(
+                    "iptables {} failed: cutting the processes of cgroup {cgroup} off",
+                    rule.join(" ")
+                )));
+            }
+        }
+        Ok(cut)
+    }
+}
+
+impl Drop for ProcessCut {
+    /// Heals the cut.
+    fn drop(&mut self) {
+        remove(&self.chain);
+    }
+}
+
+/// A cgroup (v2) of its own for a process about to be started, named `name`: its path under
+/// the v2 root (for [`ProcessCut`]) and its `cgroup.procs` file (a process writes its own pid
+/// there to join it). `None` where there is no v2 hierarchy or it cannot be written (not
+/// root): the process then cannot be cut off, and runs as before.
+pub fn process_cgroup(name: &str) -> Option<(String, std::path::PathBuf)> {
+    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
+    let root = mounts
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|fields| fields.get(2) == Some(&"cgroup2"))
+        .and_then(|fields| fields.get(1).map(|p| std::path::PathBuf::from(*p)))?;
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).ok()?;
+    Some((name.to_string(), dir.join("cgroup.procs")))
+}
+
 /// The jumps to `chain`, then the chain; best effort.
 fn remove(chain: &str) {
     for hook in ["OUTPUT", "INPUT"] {
         iptables(&["-D", hook, "-j", chain]);
     }
+    // A process cut's jump matches its cgroup: the rule is found by listing.
+    for rule in jumps_to(chain) {
+        let args: Vec<&str> = rule.split_whitespace().collect();
+        if let [_append, hook, rest @ ..] = args.as_slice() {
+            let mut delete = vec!["-D", *hook];
+            delete.extend(rest);
+            iptables(&delete);
+        }
+    }
     iptables(&["-D", "FORWARD", "-j", chain]);
     iptables(&["-F", chain]);
     iptables(&["-X", chain]);
+}
+
+/// The rules (as `iptables -S` prints them) that jump to `chain`.
+fn jumps_to(chain: &str) -> Vec<String> {
+    let listed = Command::new("iptables")
+        .args(["-w", "-S", "OUTPUT"])
+        .stderr(Stdio::null())
+        .output();
+    let Ok(listed) = listed else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter(|line| line.ends_with(&format!("-j {chain}")) && line.contains("--path"))
+        .map(str::to_string)
+        .collect()
 }
 
 fn iptables(args: &[&str]) -> bool {
