@@ -7,7 +7,8 @@
 //! restarted in place, where a primary would come back empty). The timer covers what the probe
 //! cannot see: a server that answers on its socket but not on the Pod network, an image
 //! without `valkey-cli`, a node whose kubelet is gone. What it decides goes through the planner
-//! like every other step: a hung primary's shard is taken over by its most caught-up replica,
+//! like every other step: a hung primary's shard is taken over by its most caught-up replica
+//! (unless every node that answers sees it up: then only the operator is cut off from it),
 //! and the hung node is then replaced and retired. A restart of the operator starts every
 //! count again, which only delays a takeover.
 
