@@ -223,9 +223,15 @@ async fn with_every_password_she_reads_a_team_announces_no_address_of_its_own() 
 /// cluster must finish on it, the rollout never halting, and hers must show that it waits for
 /// a cause of its own (before or after, the attack going on): `stuck` in the rollout, or a
 /// stall of its own once all its nodes are new (her deletions can race its failover onto a
-/// joiner, which then is her primary). Returns how long team-a's cluster took, and what hers
-/// said (its Progressing condition) when first seen so.
-async fn rolls_past_her(product: &Product, mut attack: impl FnMut(&Product)) -> (Duration, String) {
+/// joiner, which then is her primary), unless `may_finish` and it finished its own roll too
+/// (her attack lost the race: a joiner synced and took over between two of her looks).
+/// Returns how long team-a's cluster took, and what hers said (its Progressing condition)
+/// when first seen so, or `None` if it finished.
+async fn rolls_past_her(
+    product: &Product,
+    may_finish: bool,
+    mut attack: impl FnMut(&Product),
+) -> (Duration, Option<String>) {
     let started = Instant::now();
     product.patch(
         "valkeyconfig/rolled",
@@ -257,7 +263,13 @@ async fn rolls_past_her(product: &Product, mut attack: impl FnMut(&Product)) -> 
             took = Some(started.elapsed());
         }
         if let (Some(took), Some(said)) = (took, &hers_said) {
-            return (took, said.clone());
+            return (took, Some(said.clone()));
+        }
+        if let Some(took) = took
+            && may_finish
+            && harness::k8s::converged(&search, "9.1.2")
+        {
+            return (took, None);
         }
         assert!(
             started.elapsed() < Duration::from_secs(240),
@@ -286,7 +298,8 @@ async fn her_impossible_switchover_holds_only_her_own_cluster() {
         ],
     );
     assert!(annotated, "{said}");
-    let (took, said) = rolls_past_her(&product, |_| {}).await;
+    let (took, said) = rolls_past_her(&product, false, |_| {}).await;
+    let said = said.unwrap_or_default();
     assert!(
         said.contains("no such shard"),
         "her cluster should say why: {said}"
@@ -298,7 +311,7 @@ async fn her_impossible_switchover_holds_only_her_own_cluster() {
 async fn her_deleting_her_joiners_again_and_again_holds_only_her_own_cluster() {
     let product = fleet(&ROLLED_FLEET, "9.0.0", one_node(true)).await;
     let mut deleted = 0;
-    let (took, said) = rolls_past_her(&product, |product| {
+    let (took, said) = rolls_past_her(&product, true, |product| {
         for pod in joiners(product, "team-b", "search") {
             let (gone, said) = as_alice(
                 product,
@@ -309,12 +322,18 @@ async fn her_deleting_her_joiners_again_and_again_holds_only_her_own_cluster() {
         }
     })
     .await;
-    assert!(deleted > 0, "she never found a joiner of hers to delete");
     println!("team-a rolled past her in {took:.1?}, while she deleted {deleted} of her joiners");
     // Hers said why, a cause of its own: its joiners removed (`JoinersRemoved`), or, where a
     // deletion raced the failover onto a joiner, its own primary gone. Either way the rollout
     // never halted (a stall of the change would have halted it: what the fix in `view` is for).
-    println!("her cluster said: {said}");
+    // Or her attack lost the race (seen once in CI): her roll finished too, nothing held.
+    match said {
+        Some(said) => {
+            assert!(deleted > 0, "she never found a joiner of hers to delete");
+            println!("her cluster said: {said}");
+        }
+        None => println!("her cluster finished its roll before her deletions could hold it"),
+    }
 }
 
 /// The Pods of a cluster's joiners (new nodes not yet serving), as its status lists them.

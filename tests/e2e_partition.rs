@@ -23,7 +23,9 @@
 //! (`testenv::node::fault::ProcessCut`: its own packets to that node's Pods dropped; clients,
 //! the API server and the other nodes still reach them), longer than the operator waits
 //! before it takes a silent primary for dead: the primary serves, its peers see it up, so
-//! nothing is taken over, the cluster says why it waits, and nothing changes.
+//! nothing is taken over, the cluster says why it waits, and nothing changes. The fourth cuts
+//! it off from its API server for 40 s (past its Lease) and kills a primary's server 5 s in:
+//! Valkey fails the shard over; the operator, once back, replaces the dead node.
 
 use std::time::Duration;
 
@@ -219,6 +221,74 @@ async fn the_operator_cut_off_from_a_primarys_node_takes_nothing_over() {
         "operator cut off from {node} (primary of shard {shard}) for {CUT_OPERATOR_FOR:?}: said so after \
          {said_after:.1?} (\"{said}\"); no primary change, no node replaced; {} acknowledged, \
          none lost; longest write gap {:.2?}",
+        report.log.acked,
+        report.longest_write_gap()
+    );
+}
+
+/// How long the fourth test cuts the operator off from its API server: past its Lease (it
+/// stops leading), and past the silence bound of the node it cannot replace meanwhile.
+const CUT_API_FOR: Duration = Duration::from_secs(40);
+
+#[tokio::test]
+async fn the_operator_cut_off_from_its_api_server_heals_a_killed_primary_once_back() {
+    let (product, shard, _) = cluster_on_three_nodes(r#"{save: ""}"#).await;
+    let watch = ClusterWatch::start(&product, NAMESPACE, "orders").await;
+    // Where the operator reaches it (on real nodes, an address the kubelets reach too).
+    let server = product.plane.server_url().trim_start_matches("https://");
+    let (address, port) = server.rsplit_once(':').unwrap();
+    let cut = product
+        .operator()
+        .cut_from(&[Destination {
+            network: address,
+            tcp_port: Some(port.parse().unwrap()),
+        }])
+        .unwrap();
+    let cut_at = Instant::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Valkey fails the shard over by itself; the operator, cut off, can neither see the Pod
+    // fail nor make its replacement until the cut heals.
+    let primary = product.primary_of(NAMESPACE, "orders", 0).await;
+    let (_, pid) = product.try_container(NAMESPACE, &primary).unwrap();
+    let killed = harness::signal(pid, "-KILL");
+    tokio::time::sleep(CUT_API_FOR.saturating_sub(cut_at.elapsed())).await;
+    drop(cut);
+    let healed = Instant::now();
+    eventually(
+        "orders whole again once the operator is back",
+        Duration::from_secs(120),
+        async || {
+            let cluster = product.cluster(NAMESPACE, "orders");
+            let pods: Vec<String> = product.addresses(NAMESPACE, "orders").into_keys().collect();
+            let whole = converged(&cluster, "9.1.2")
+                && pods.len() == usize::from(SHARDS) * 2
+                && !pods.contains(&primary);
+            match whole {
+                true => Ok(()),
+                false => Err(format!("{cluster:#}\n{pods:?}")),
+            }
+        },
+    )
+    .await;
+    let whole_after = healed.elapsed();
+    // Asynchronous replication: the last moment's writes before the kill may be gone.
+    let window = Duration::from_secs(1);
+    let (report, lost) = watch
+        .finish_losing_only_within(&product, killed - window, killed + window)
+        .await;
+    // Valkey's failover, and at most one switchover to stand the primaries apart again.
+    let moves = report.primary_changes(shard, SHARDS);
+    assert!(
+        (1..=2).contains(&moves),
+        "shard {shard}: {moves} primary changes"
+    );
+    for other in (0..SHARDS).filter(|&other| other != shard) {
+        report.assert_shard(other, SHARDS, 0, 1);
+    }
+    println!(
+        "operator cut off from its API server for {CUT_API_FOR:?}, shard {shard}'s primary \
+         killed 5 s in: whole {whole_after:.1?} after the cut healed; {} acknowledged, {lost} \
+         lost (inside the kill's second); longest write gap {:.2?}",
         report.log.acked,
         report.longest_write_gap()
     );
