@@ -554,7 +554,7 @@ async fn deleted(product: &Product, clusters: &Clusters, size: usize, objects: u
     }
     tokio::time::sleep(Duration::from_secs(10)).await;
     let kib = product.operator().resident_kib().unwrap_or(0);
-    let log = strip_ansi(&product.operator().log());
+    let log = harness::strip_ansi(&product.operator().log());
     let remembered = log
         .lines()
         .filter(|line| line.contains("forgot a deleted cluster"))
@@ -568,22 +568,4 @@ async fn deleted(product: &Product, clusters: &Clusters, size: usize, objects: u
         kib as f64 / 1024.0,
         (kib as f64 - before as f64) / 1024.0
     );
-}
-
-/// The text without terminal colour codes.
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }

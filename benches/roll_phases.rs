@@ -66,7 +66,7 @@ fn stamp(line: &str) -> Option<f64> {
 
 /// The cluster's planned steps and meetings in `log` (ANSI colours stripped), in order.
 fn events(log: &str) -> Vec<Event> {
-    let plain = strip_ansi(log);
+    let plain = harness::strip_ansi(log);
     let cluster = format!("cluster={CLUSTER} ");
     let mut events = Vec::new();
     for line in plain.lines().filter(|l| l.contains(&cluster)) {
@@ -87,23 +87,6 @@ fn events(log: &str) -> Vec<Event> {
         }
     }
     events
-}
-
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// The time of the first event after `index` that is a different step (the end of a step

@@ -66,3 +66,21 @@ pub fn signal(pid: u32, which: &str) -> tokio::time::Instant {
     assert!(sent.success(), "kill {which} {pid}");
     at
 }
+
+/// The text without terminal colour codes (the operator's log, read back).
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
