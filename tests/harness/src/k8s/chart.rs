@@ -397,8 +397,10 @@ impl Operator {
         testenv::node::fault::ProcessCut::start(cgroup, destinations)
     }
 
-    fn procs(&self) -> Option<&Path> {
-        self.cgroup.as_ref().map(|(_, procs)| procs.as_path())
+    /// Starts `binary` again with the same flags, log and cgroup.
+    fn respawn(&mut self) {
+        let procs = self.cgroup.as_ref().map(|(_, procs)| procs.as_path());
+        self.child = spawn_operator(&self.binary, &self.args, &self.kubeconfig, &self.log, procs);
     }
 
     /// Kills the process without warning (SIGKILL: no lease released, no step finished), then
@@ -406,13 +408,7 @@ impl Operator {
     pub fn kill_and_restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        self.child = spawn_operator(
-            &self.binary,
-            &self.args,
-            &self.kubeconfig,
-            &self.log,
-            self.procs(),
-        );
+        self.respawn();
     }
 
     /// The process id of the operator now running.
@@ -425,13 +421,7 @@ impl Operator {
             .status();
         let _ = self.child.wait();
         self.binary = binary.to_path_buf();
-        self.child = spawn_operator(
-            &self.binary,
-            &self.args,
-            &self.kubeconfig,
-            &self.log,
-            self.procs(),
-        );
+        self.respawn();
     }
 
     pub fn pid(&self) -> u32 {
