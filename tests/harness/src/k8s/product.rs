@@ -1039,9 +1039,20 @@ impl WatchReport {
 
     /// The longest stretch without an acknowledged write while the watch ran.
     pub fn longest_write_gap(&self) -> Duration {
+        self.longest_write_gap_at().0
+    }
+
+    /// The longest write gap and when it began.
+    fn longest_write_gap_at(&self) -> (Duration, tokio::time::Instant) {
         match (self.log.ack_times.first(), self.log.ack_times.last()) {
-            (Some(first), Some(last)) => self.log.longest_gap(*first, *last),
-            _ => Duration::ZERO,
+            (Some(first), Some(last)) => self.log.longest_gap_at(*first, *last),
+            _ => (Duration::ZERO, tokio::time::Instant::now()),
         }
+    }
+
+    /// What the writer was told during its longest gap, from `origin`: "+1.23 s addr: ERROR".
+    pub fn refusals_in_longest_gap(&self, origin: tokio::time::Instant) -> Vec<String> {
+        let (gap, began) = self.longest_write_gap_at();
+        self.log.refusals.between(origin, began, began + gap)
     }
 }

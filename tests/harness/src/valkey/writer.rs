@@ -2,8 +2,8 @@
 //! its slot map from whichever node answers), and the check that none of them was lost.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -119,15 +119,71 @@ impl Router {
         stop: &AtomicBool,
         deadline: Duration,
     ) -> Option<Value> {
+        self.run_noting(key, cmd, stop, deadline, &mut Refusals::default())
+            .await
+    }
+
+    /// [`Router::run`], noting in `refusals` each answer other than a redirection.
+    async fn run_noting(
+        &mut self,
+        key: &str,
+        cmd: &redis::Cmd,
+        stop: &AtomicBool,
+        deadline: Duration,
+        refusals: &mut Refusals,
+    ) -> Option<Value> {
         let started = Instant::now();
         while !stop.load(Ordering::Relaxed) && started.elapsed() < deadline {
+            let addr = self.owners[usize::from(key_slot(key))].clone();
             match self.try_once(key, cmd).await {
                 Ok(value) => return Some(value),
                 Err(error) if error.code() == Some("MOVED") => {}
-                Err(_) => sleep(Duration::from_millis(5)).await,
+                Err(error) => {
+                    refusals.note(addr.as_deref().unwrap_or("?"), &error);
+                    sleep(Duration::from_millis(5)).await
+                }
             }
         }
         None
+    }
+}
+
+/// The errors a writer met, each stretch of one same error (from one address) once, with
+/// when it began: what a long write gap was made of.
+#[derive(Default)]
+pub struct Refusals {
+    pub stretches: Vec<(Instant, String)>,
+    /// The latest stretch's error, readable while the writer runs.
+    last: Arc<Mutex<Option<String>>>,
+}
+
+impl Refusals {
+    /// Enough for any test's faults; a writer refused more often than this notes no more.
+    const MOST: usize = 10_000;
+
+    fn note(&mut self, addr: &str, error: &redis::RedisError) {
+        let what = format!("{addr}: {}", error.code().unwrap_or(error.category()));
+        let same = self.stretches.last().is_some_and(|(_, last)| *last == what);
+        if same {
+            return;
+        }
+        if let Ok(mut last) = self.last.lock() {
+            *last = Some(what.clone());
+        }
+        if self.stretches.len() < Self::MOST {
+            self.stretches.push((Instant::now(), what));
+        }
+    }
+
+    /// The stretches that began within `[from, to]`, as "+1.23 s addr: ERROR" from `origin`.
+    pub fn between(&self, origin: Instant, from: Instant, to: Instant) -> Vec<String> {
+        (self.stretches.iter())
+            .filter(|(at, _)| *at >= from && *at <= to)
+            .map(|(at, what)| {
+                let offset = at.saturating_duration_since(origin).as_secs_f64();
+                format!("+{offset:.2} s {what}")
+            })
+            .collect()
     }
 }
 
@@ -136,6 +192,7 @@ impl Router {
 pub struct WriterLog {
     pub acked: u64,
     pub ack_times: Vec<Instant>,
+    pub refusals: Refusals,
 }
 
 impl WriterLog {
@@ -165,6 +222,8 @@ impl WriterLog {
 pub struct Writer {
     stop: Arc<AtomicBool>,
     acked: Arc<AtomicU64>,
+    /// The last error the writer met, for a test that finds it stuck.
+    last_refusal: Arc<Mutex<Option<String>>>,
     task: Apart<WriterLog>,
 }
 
@@ -172,19 +231,22 @@ impl Writer {
     pub fn start(seeds: Vec<String>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(AtomicU64::new(0));
+        let refusals = Refusals::default();
+        let last_refusal = refusals.last.clone();
         let (flag, counter) = (stop.clone(), acked.clone());
         let task = Apart::spawn("writer", move || async move {
             let mut router = Router::new(&seeds);
             let mut log = WriterLog {
                 acked: 0,
                 ack_times: Vec::new(),
+                refusals,
             };
             while !flag.load(Ordering::Relaxed) {
                 let key = key(log.acked);
                 let mut cmd = redis::cmd("SET");
                 cmd.arg(&key).arg(log.acked);
-                if router
-                    .run(&key, &cmd, &flag, Duration::from_secs(3600))
+                let forever = Duration::from_secs(3600);
+                if (router.run_noting(&key, &cmd, &flag, forever, &mut log.refusals))
                     .await
                     .is_some()
                 {
@@ -195,7 +257,12 @@ impl Writer {
             }
             log
         });
-        Self { stop, acked, task }
+        Self {
+            stop,
+            acked,
+            last_refusal,
+            task,
+        }
     }
 
     /// Fails the test unless 10 more writes are acknowledged within 10 s: the writer must keep
@@ -209,10 +276,13 @@ impl Writer {
             async || {
                 let now = self.acked.load(Ordering::Relaxed);
                 if now >= before + 10 {
-                    Ok(())
-                } else {
-                    Err(format!("the writer is stuck at {now} acknowledged writes"))
+                    return Ok(());
                 }
+                let told = self.last_refusal.lock().ok().and_then(|last| last.clone());
+                Err(format!(
+                    "the writer is stuck at {now} acknowledged writes, last told {}",
+                    told.as_deref().unwrap_or("nothing")
+                ))
             },
         )
         .await;
