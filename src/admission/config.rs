@@ -1,6 +1,7 @@
 //! ValkeyConfig admission: operator-owned settings, `baseRef` cycles and depth, the version
-//! floor of the effective image (of this config and of every config inheriting from it), the
-//! fleet-wide roll warning, and no deletion while something uses the config.
+//! floor of the effective image (of this config and of every config inheriting from it), advice
+//! on its effective replication settings (`crate::api::write_bound`), the fleet-wide roll
+//! warning, and no deletion while something uses the config.
 
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -14,6 +15,7 @@ use super::{Policy, Review, Verdict, clip, plural, some_of};
 use crate::api::bounds::acl_syntax_problems;
 use crate::api::bounds::config_problems;
 use crate::api::setting_impact::is_operator_owned;
+use crate::api::write_bound;
 use crate::api::{ValkeyConfig, ValkeyConfigSpec, annotations};
 use crate::fleet::Fleet;
 use crate::fleet::change::changes_through;
@@ -166,6 +168,9 @@ fn check_chain(
     };
     match resolve::resolve(dependent, candidate) {
         Ok(effective) => {
+            if own {
+                (write_bound::advice(&effective.valkey).into_iter()).for_each(|a| verdict.warn(clip(a)));
+            }
             if let Err(problem) = check_floor(&effective.image.spec.version) {
                 verdict.deny(format!(
                     "spec.imageRef: {subject}the effective image {} (chain {}) has version {problem}",

@@ -553,3 +553,36 @@ fn the_plan_admission_and_the_controller_agree_on_what_an_edit_does() {
         );
     }
 }
+
+#[test]
+fn the_write_bound_without_a_short_link_timeout_is_warned_through_the_chain() {
+    let mut fleet = fleet();
+    let mut base = config_spec(Some("valkey-9-0-0"), None);
+    base.valkey
+        .insert("min-replicas-to-write".into(), "1".into());
+    fleet.upsert_config("bounded", base);
+    let child = config("child", config_spec(None, Some("bounded")));
+    let verdict = validate_config(
+        &review(Operation::Create, "child", Some(&child), None),
+        &fleet,
+        &Policy::default(),
+    );
+    assert!(verdict.allowed(), "{}", joined(&verdict));
+    assert!(
+        (verdict.warnings.iter()).any(|w| w.contains("repl-timeout (60 s) drops it")),
+        "{:?}",
+        verdict.warnings
+    );
+    let mut tuned = config_spec(None, Some("bounded"));
+    tuned.valkey.insert("repl-timeout".into(), "10".into());
+    tuned
+        .valkey
+        .insert("repl-ping-replica-period".into(), "1".into());
+    let tuned = config("child", tuned);
+    let verdict = validate_config(
+        &review(Operation::Create, "child", Some(&tuned), None),
+        &fleet,
+        &Policy::default(),
+    );
+    assert!(verdict.warnings.is_empty(), "{:?}", verdict.warnings);
+}

@@ -13,6 +13,7 @@ mod node;
 mod policy;
 mod role;
 pub mod setting_impact;
+pub mod write_bound;
 
 pub use cluster::*;
 pub use config::*;
