@@ -1,6 +1,5 @@
 //! A network partition on real nodes: the node holding one shard's primary (and no other
-//! primary) cut off from every other node's Pods for 30 s (12 s in the second test:
-//! `testenv::node::fault::Cut`), while
+//! primary) cut off from every other node's Pods for 30 s (`testenv::node::fault::Cut`), while
 //! the operator and a stock cluster client on the host still reach both sides, as a control
 //! plane outside the cut would.
 //!
@@ -12,12 +11,13 @@
 //! window (10 s). What it adds after the heal: the primaries, which the failover left two on one
 //! node, stand one to a node again (rule 12), by at most one more switchover of the cut shard.
 //!
-//! With `min-replicas-to-write 1` and `min-replicas-max-lag 2` in the config (the second test),
+//! With `min-replicas-to-write 1` and `min-replicas-max-lag 1` in the config (the second test),
 //! the cut primary refuses writes (`NOREPLICAS`) once its replica's last acknowledgement (sent
-//! every second) is 2 s old, and the window narrows to that (5 s allowed); a client that keeps
-//! asking it (redis-py's cluster client takes `NOREPLICAS` for an answer, not for a moved slot)
-//! waits until the cut heals. Each test prints when the lost writes were acknowledged, from the
-//! cut's start.
+//! every second) is 1 s old in Valkey's whole seconds, and the window narrows to that (2.5 s
+//! allowed); a client that keeps asking it (redis-py's cluster client takes `NOREPLICAS` for an
+//! answer, not for a moved slot) waits until the cut heals, and writes must come back within
+//! 10 s of it (`repl-timeout 10` drops the links the cut left dead). Each test prints when the
+//! lost writes were acknowledged, from the cut's start, and what the writer was refused.
 //!
 //! The third test cuts the operator alone off from the node of a shard's primary for 65 s
 //! (`testenv::node::fault::ProcessCut`: its own packets to that node's Pods dropped; clients,
