@@ -138,9 +138,15 @@ async fn cut_a_lone_primarys_node(settings: &str, cut_for: Duration, may_lose: D
         report.longest_write_gap()
     );
     let resumed = (report.log.ack_times.iter()).find(|at| **at >= heal_at);
-    println!(
-        "writes acknowledged again {:.2?} after the heal",
-        resumed.map(|at| *at - heal_at)
+    let resumed = resumed.map(|at| *at - heal_at);
+    println!("writes acknowledged again {resumed:.2?} after the heal");
+    assert!(
+        resumed.is_some_and(|after| after <= Duration::from_secs(10)),
+        "writes came back {resumed:?} after the heal; refused: {:?}",
+        report
+            .log
+            .refusals
+            .between(cut_at, heal_at, heal_at + Duration::from_secs(60))
     );
     println!(
         "what the writer was told in that gap: {:?}",
