@@ -23,7 +23,8 @@
 //! (`testenv::node::fault::ProcessCut`: its own packets to that node's Pods dropped; clients,
 //! the API server and the other nodes still reach them), longer than the operator waits
 //! before it takes a silent primary for dead: the primary serves, its peers see it up, so
-//! nothing is taken over, the cluster says why it waits, and nothing changes. The fourth cuts
+//! nothing is taken over, the cluster says why it waits, and nothing changes; then from one
+//! replica elsewhere for 35 s, which is not replaced either. The fourth cuts
 //! it off from its API server for 40 s (past its Lease) and kills a primary's server 5 s in:
 //! Valkey fails the shard over; the operator, once back, replaces the dead node.
 
@@ -174,28 +175,27 @@ async fn min_replicas_to_write_narrows_what_a_cut_off_primary_can_lose() {
 
 /// How long the third test cuts the operator off: past the time it says why it waits.
 const CUT_OPERATOR_FOR: Duration = Duration::from_secs(65);
+/// How long it then cuts the operator off from one replica: past the silence bound (20 s, up
+/// to 10 s after the first observation that finds it silent).
+const CUT_FROM_REPLICA_FOR: Duration = Duration::from_secs(35);
 
-#[tokio::test]
-async fn the_operator_cut_off_from_a_primarys_node_takes_nothing_over() {
-    let (product, shard, node) = cluster_on_three_nodes(r#"{save: ""}"#).await;
-    let real = (product.real_nodes().iter())
-        .find(|n| n.name() == node)
-        .unwrap();
-    let before: Vec<String> = product.addresses(NAMESPACE, "orders").into_keys().collect();
-    let watch = ClusterWatch::start(&product, NAMESPACE, "orders").await;
-    let subnet = real.pod_subnet();
-    let cut = product
-        .operator()
+/// Cuts the operator off from `network` for `cut_for`; the cluster must stay Ready and its
+/// Progressing condition say `says` meanwhile. Returns the message and when it was said.
+async fn cut_operator_off(
+    product: &Product,
+    network: &str,
+    cut_for: Duration,
+    says: &str,
+) -> (String, Duration) {
+    let cut = (product.operator())
         .cut_from(&[Destination {
-            network: &subnet,
+            network,
             tcp_port: None,
         }])
         .unwrap();
     let cut_at = Instant::now();
-    // Past the silence bound (20 s, counted from the first observation that finds it silent,
-    // up to 10 s later for a settled cluster), the primary would have been taken for dead.
     let said = eventually(
-        "the cluster Ready, its Progressing condition saying the operator is cut off",
+        format!("the cluster Ready, its Progressing condition saying {says:?}"),
         Duration::from_secs(60),
         async || {
             let cluster = product.cluster(NAMESPACE, "orders");
@@ -210,7 +210,7 @@ async fn the_operator_cut_off_from_a_primarys_node_takes_nothing_over() {
             let message = progressing["message"].as_str().unwrap_or_default();
             // Clients are served all along: the cluster stays Ready.
             let ready = condition("Ready")["status"] == "True";
-            match ready && message.contains("the operator's path to it is cut") {
+            match ready && message.contains(says) {
                 true => Ok(message.to_string()),
                 false => Err(format!("{cluster:#}")),
             }
@@ -218,7 +218,7 @@ async fn the_operator_cut_off_from_a_primarys_node_takes_nothing_over() {
     )
     .await;
     let said_after = cut_at.elapsed();
-    tokio::time::sleep(CUT_OPERATOR_FOR.saturating_sub(cut_at.elapsed())).await;
+    tokio::time::sleep(cut_for.saturating_sub(cut_at.elapsed())).await;
     drop(cut);
     eventually(
         "orders converged after the cut",
@@ -226,9 +226,51 @@ async fn the_operator_cut_off_from_a_primarys_node_takes_nothing_over() {
         async || converged(&product.cluster(NAMESPACE, "orders"), "9.1.2").then_some(()),
     )
     .await;
-    let after: Vec<String> = product.addresses(NAMESPACE, "orders").into_keys().collect();
+    (said, said_after)
+}
+
+#[tokio::test]
+async fn the_operator_cut_off_from_a_node_or_a_replica_takes_nothing_over_and_replaces_nothing() {
+    let (product, shard, node) = cluster_on_three_nodes(r#"{save: ""}"#).await;
+    let real = (product.real_nodes().iter())
+        .find(|n| n.name() == node)
+        .unwrap();
+    let before = product.addresses(NAMESPACE, "orders");
+    let watch = ClusterWatch::start(&product, NAMESPACE, "orders").await;
+    // First the node of shard 0's primary (and of another shard's replica): past the silence
+    // bound, the primary would have been taken for dead.
+    let primary_cut = "the operator's path to it is cut, and nothing is taken over";
+    let (said, said_after) =
+        cut_operator_off(&product, &real.pod_subnet(), CUT_OPERATOR_FOR, primary_cut).await;
+    println!(
+        "operator cut off from {node} (primary of shard {shard}) for {CUT_OPERATOR_FOR:?}: said \
+         so after {said_after:.1?} (\"{said}\")"
+    );
+    // Then one replica alone, elsewhere: it would have been replaced (a full sync).
+    let mut primaries = Vec::new();
+    for any in 0..SHARDS {
+        primaries.push(product.primary_of(NAMESPACE, "orders", any.into()).await);
+    }
+    let (replica, address) = (before.iter())
+        .find(|(pod, _)| !primaries.contains(pod) && product.host_of(NAMESPACE, pod) != node)
+        .expect("a replica on another node");
+    let ip = address.split(':').next().unwrap_or_default();
+    let replica_cut = "it is not replaced";
+    let (said, said_after) = cut_operator_off(
+        &product,
+        &format!("{ip}/32"),
+        CUT_FROM_REPLICA_FOR,
+        replica_cut,
+    )
+    .await;
+    println!(
+        "operator cut off from {replica} (a replica) for {CUT_FROM_REPLICA_FOR:?}: said so \
+         after {said_after:.1?} (\"{said}\")"
+    );
+    let after = product.addresses(NAMESPACE, "orders");
     assert_eq!(
-        after, before,
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>(),
         "nodes were replaced for the operator's own cut"
     );
     let report = watch.finish(&product).await;
@@ -236,9 +278,8 @@ async fn the_operator_cut_off_from_a_primarys_node_takes_nothing_over() {
         report.assert_shard(any, SHARDS, 0, 1);
     }
     println!(
-        "operator cut off from {node} (primary of shard {shard}) for {CUT_OPERATOR_FOR:?}: said so after \
-         {said_after:.1?} (\"{said}\"); no primary change, no node replaced; {} acknowledged, \
-         none lost; longest write gap {:.2?}",
+        "no primary change, no node replaced; {} acknowledged, none lost; longest write gap \
+         {:.2?}",
         report.log.acked,
         report.longest_write_gap()
     );

@@ -110,6 +110,13 @@ pub enum WaitReason {
         node: String,
         shard: u32,
     },
+    /// A replica does not answer the operator, but every node that answers sees it up: the
+    /// operator's own path to it is cut, and it is not replaced (a replacement costs a full
+    /// sync, and the operator could not retire the one it cannot reach cleanly).
+    ReplicaCutOff {
+        node: String,
+        shard: u32,
+    },
     /// A switchover a person asked for cannot be carried out yet, for `blocker`.
     Switchover {
         shard: u32,
@@ -137,6 +144,7 @@ impl WaitReason {
             | WaitReason::FailoverTargetSyncing { shard, .. }
             | WaitReason::HeirUnreachable { shard, .. }
             | WaitReason::OperatorCutOff { shard, .. }
+            | WaitReason::ReplicaCutOff { shard, .. }
             | WaitReason::Switchover { shard, .. }
             | WaitReason::SupervisedFailover { shard, .. } => Some(*shard),
             WaitReason::SlotMigration { .. }
@@ -155,6 +163,7 @@ impl WaitReason {
             WaitReason::FailoverTargetSyncing { .. } => "FailoverTargetSyncing",
             WaitReason::HeirUnreachable { .. } => "HeirUnreachable",
             WaitReason::OperatorCutOff { .. } => "OperatorCutOff",
+            WaitReason::ReplicaCutOff { .. } => "ReplicaCutOff",
             WaitReason::Switchover { .. } => "SwitchoverBlocked",
             WaitReason::SupervisedFailover { .. } => "SupervisedFailover",
             WaitReason::Rollout(why) => why.kind(),
@@ -194,6 +203,12 @@ impl fmt::Display for WaitReason {
                 "{node}, primary of shard {shard}, has not answered the operator for long, but \
                  every node that answers sees it up: the operator's path to it is cut, and \
                  nothing is taken over"
+            ),
+            WaitReason::ReplicaCutOff { node, shard } => write!(
+                f,
+                "{node}, replica of shard {shard}, does not answer the operator, but every node \
+                 that answers sees it up: the operator's path to it is cut, and it is not \
+                 replaced"
             ),
             WaitReason::Switchover { shard, blocker } => write!(
                 f,
@@ -483,6 +498,14 @@ mod tests {
                 "p0, primary of shard 0, has not answered the operator for long, but every \
                  node that answers sees it up: the operator's path to it is cut, and nothing \
                  is taken over",
+            ),
+            (
+                WaitReason::ReplicaCutOff {
+                    node: node("r0"),
+                    shard: 0,
+                },
+                "r0, replica of shard 0, does not answer the operator, but every node that \
+                 answers sees it up: the operator's path to it is cut, and it is not replaced",
             ),
             (
                 WaitReason::SlotMigration { node: node("p1") },

@@ -38,7 +38,9 @@
 //!    (up-to-date ones first); while that cannot be done, the cluster waits and says why.
 //! 9. Replicas, one shard at a time (a shard already being rolled goes first), replacing before
 //!    retiring, exactly as the upgrade guide describes (first, a second primary of a shard that
-//!    owns no slots beside one that owns them is retired; two that own slots stall):
+//!    owns no slots beside one that owns them is retired; two that own slots stall; a replica
+//!    only the operator cannot reach, every answering node seeing it up, is waited for, not
+//!    replaced):
 //!    join an up-to-date replica while the shard is at or below its target and something is
 //!    outdated (or it is below target); retire the dead, then outdated replicas, only while
 //!    the shard stays at or above target; if the primary is outdated, one clean failover per
@@ -136,6 +138,18 @@ impl<'a> View<'a> {
         self.in_shard(shard)
             .filter(|n| n.reachable && n.lifecycle == Lifecycle::Active && n.role == Role::Replica)
             .collect()
+    }
+
+    /// A replica of the shard only the operator cannot reach: its server has not stopped, and
+    /// every node that answers sees it up (rules 4 and 9 do not replace it).
+    fn replica_cut_off(&self, shard: u32) -> Option<&'a ObservedNode> {
+        self.in_shard(shard).find(|n| {
+            !n.reachable
+                && !n.terminated
+                && n.alive_to_peers
+                && n.role == Role::Replica
+                && n.lifecycle == Lifecycle::Active
+        })
     }
 
     /// Live, active replicas of a shard that are not leaving themselves: the ones a primary's
@@ -319,7 +333,8 @@ fn short_shard(view: &View) -> Option<Step> {
         let joining = view
             .in_shard(shard)
             .any(|n| n.lifecycle == Lifecycle::Joining);
-        (!joining && view.replicas(shard).len() < target).then(|| Step::JoinReplica {
+        let short = view.replicas(shard).len() < target && view.replica_cut_off(shard).is_none();
+        (!joining && short).then(|| Step::JoinReplica {
             shard,
             primary: primary.name.clone(),
         })
@@ -653,6 +668,14 @@ fn shard_step(view: &View, memory: &RollMemory, shard: u32) -> Option<Step> {
                 shard,
                 first: primary.name.clone(),
                 second: second.name.clone(),
+            },
+        });
+    }
+    if let Some(cut_off) = view.replica_cut_off(shard) {
+        return Some(Step::Wait {
+            reason: WaitReason::ReplicaCutOff {
+                node: cut_off.name.clone(),
+                shard,
             },
         });
     }

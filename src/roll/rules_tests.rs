@@ -376,6 +376,41 @@ fn a_primary_silent_for_long_is_taken_over_by_its_most_caught_up_replica() {
 }
 
 #[test]
+fn a_replica_silent_only_to_the_operator_is_not_replaced() {
+    // r0 does not answer the operator, but every node that answers sees it up: replacing it
+    // would cost a full sync, and the operator could not retire the one it cannot reach.
+    let mut nodes = one_shard();
+    nodes[1].reachable = false;
+    nodes[1].hung = true;
+    nodes[1].alive_to_peers = true;
+    let memory = RollMemory::default();
+    let desired = shape(1, 1, OLD);
+    assert_eq!(
+        wait(plan(&desired, &nodes, &memory)),
+        WaitReason::ReplicaCutOff {
+            node: "r0".into(),
+            shard: 0,
+        }
+    );
+    // Once its peers doubt it too, it is lost: a replacement joins.
+    nodes[1].alive_to_peers = false;
+    assert_eq!(
+        plan(&desired, &nodes, &memory),
+        Step::JoinReplica {
+            shard: 0,
+            primary: "p0".into(),
+        }
+    );
+    // A server that stopped for good is lost whatever its peers last saw.
+    nodes[1].alive_to_peers = true;
+    nodes[1].terminated = true;
+    assert!(!matches!(
+        plan(&desired, &nodes, &memory),
+        Step::Wait { .. }
+    ));
+}
+
+#[test]
 fn a_primary_silent_only_to_the_operator_is_never_taken_over() {
     // p0 has not answered the operator for long, but the nodes that answer all see it up:
     // the operator's own path to it is cut. A takeover would demote a primary that serves.
