@@ -13,7 +13,9 @@
 //!   addresses answering), and started again 20–60 s later, as a machine that comes back;
 //! - `kubectl drain` of the node, uncordoned once it ends;
 //! - a server's container SIGKILLed;
-//! - the operator killed, or paused for 1–12 s.
+//! - the operator killed, or paused for 1–12 s;
+//! - the operator alone cut off from a node's Pods, or from its API server, for 5–40 s
+//!   (`fault::ProcessCut`, by its cgroup): clients and the other nodes still reach everything.
 //!
 //! After every schedule:
 //! - no acknowledged write is lost outside a window that excuses it: from a second before a
@@ -39,7 +41,7 @@ use harness::k8s::manifest::Manifest;
 use harness::k8s::{IMAGES, Product, ProductOptions, converged};
 use harness::nemesis::{Dice, Windows, assert_no_failing_seeds, schedule_words, seeds};
 use harness::valkey::{Sampler, Writer, lost_writes, primary_changes, try_layout};
-use testenv::node::fault::{Congested, Cut, Direction, Lost};
+use testenv::node::fault::{Congested, Cut, Destination, Direction, Lost};
 use tokio::time::Instant;
 use valkey_operator::api::annotations::ROTATE_CREDENTIALS;
 use valkey_operator::credentials::secret_name;
@@ -112,6 +114,10 @@ enum Fault {
     Kill(Target),
     KillOperator,
     PauseOperator(Duration),
+    /// The operator's own packets to the node's Pods dropped.
+    CutOperatorFrom(Target, Duration),
+    /// The operator's own packets to its API server dropped.
+    CutOperatorFromApi(Duration),
 }
 
 impl fmt::Display for Fault {
@@ -127,6 +133,8 @@ impl fmt::Display for Fault {
             Fault::Kill(t) => write!(f, "kill {t}"),
             Fault::KillOperator => f.write_str("kill operator"),
             Fault::PauseOperator(d) => write!(f, "stop operator {}s", secs(d)),
+            Fault::CutOperatorFrom(t, d) => write!(f, "cut operator from node({t}) {}s", secs(d)),
+            Fault::CutOperatorFromApi(d) => write!(f, "cut operator from API {}s", secs(d)),
         }
     }
 }
@@ -158,7 +166,7 @@ impl Schedule {
                 0 | 1 => Target::Primary(shard),
                 _ => Target::Replica(shard),
             };
-            let fault = match dice.below(12) {
+            let fault = match dice.below(14) {
                 0..=2 => {
                     let direction =
                         dice.pick(&[Direction::Both, Direction::Outbound, Direction::Inbound]);
@@ -172,7 +180,9 @@ impl Schedule {
                 4..=6 => Fault::Kill(target),
                 7 | 8 => Fault::Drain(target),
                 9 => Fault::KillOperator,
-                _ => Fault::PauseOperator(Duration::from_secs(1 + dice.below(12))),
+                10 | 11 => Fault::PauseOperator(Duration::from_secs(1 + dice.below(12))),
+                12 => Fault::CutOperatorFrom(target, Duration::from_secs(5 + dice.below(36))),
+                _ => Fault::CutOperatorFromApi(Duration::from_secs(5 + dice.below(36))),
             };
             faults.push((at, fault));
         }
@@ -231,6 +241,8 @@ enum Held {
     Drain(String, std::thread::JoinHandle<(bool, String)>),
     /// A paused process.
     Paused(u32),
+    /// The operator's packets to somewhere dropped.
+    OperatorCut(testenv::node::fault::ProcessCut),
 }
 
 /// One seed's run against one cluster of its own.
@@ -347,8 +359,8 @@ impl Run<'_> {
     async fn strike(&mut self, fault: Fault) -> Option<Held> {
         let target = match fault {
             Fault::Cut(t, ..) | Fault::Congest(t, _) | Fault::Lose(t, _) => Some(t),
-            Fault::Drain(t) | Fault::Kill(t) => Some(t),
-            Fault::KillOperator | Fault::PauseOperator(_) => None,
+            Fault::Drain(t) | Fault::Kill(t) | Fault::CutOperatorFrom(t, _) => Some(t),
+            Fault::KillOperator | Fault::PauseOperator(_) | Fault::CutOperatorFromApi(_) => None,
         };
         let pod = match target {
             Some(target) => Some(self.pod_of(target).await?),
@@ -364,7 +376,11 @@ impl Run<'_> {
             Fault::Cut(..) | Fault::Congest(..) | Fault::Lose(..) | Fault::Drain(_) => {
                 self.on_host(&host).await
             }
-            Fault::Kill(_) | Fault::KillOperator | Fault::PauseOperator(_) => (Vec::new(), false),
+            Fault::Kill(_)
+            | Fault::KillOperator
+            | Fault::PauseOperator(_)
+            | Fault::CutOperatorFrom(..)
+            | Fault::CutOperatorFromApi(_) => (Vec::new(), false),
         };
         let at = Instant::now();
         let node = || {
@@ -433,6 +449,28 @@ impl Run<'_> {
                 harness::signal(pid, "-STOP");
                 Some(Held::Paused(pid))
             }
+            // The operator's view is cut, not the data path: nothing here may lose a write or
+            // move a primary, so the fault notes no window and explains no failover.
+            Fault::CutOperatorFrom(..) => {
+                let subnet = node()?.pod_subnet();
+                let to = [Destination {
+                    network: &subnet,
+                    tcp_port: None,
+                }];
+                let cut = self.product.operator().cut_from(&to);
+                self.held(cut.map(Held::OperatorCut))
+            }
+            Fault::CutOperatorFromApi(_) => {
+                let server = self.product.plane.server_url();
+                let server = server.trim_start_matches("https://");
+                let (address, port) = server.rsplit_once(':')?;
+                let to = [Destination {
+                    network: address,
+                    tcp_port: port.parse().ok(),
+                }];
+                let cut = self.product.operator().cut_from(&to);
+                self.held(cut.map(Held::OperatorCut))
+            }
         }
     }
 
@@ -451,6 +489,7 @@ impl Run<'_> {
     async fn clear(&mut self, held: Held) {
         match held {
             Held::Cut(cut) => drop(cut),
+            Held::OperatorCut(cut) => drop(cut),
             Held::Congested(congested) => drop(congested),
             Held::Lost(node, lost) => {
                 drop(lost);
@@ -615,7 +654,9 @@ async fn run_seed(product: &mut Product, seed: u64) -> Row {
             Fault::Cut(_, _, d)
             | Fault::Congest(_, d)
             | Fault::Lose(_, d)
-            | Fault::PauseOperator(d) => *d,
+            | Fault::PauseOperator(d)
+            | Fault::CutOperatorFrom(_, d)
+            | Fault::CutOperatorFromApi(d) => *d,
             Fault::Drain(_) | Fault::Kill(_) | Fault::KillOperator => Duration::ZERO,
         };
         match run.strike(*fault).await {
@@ -763,4 +804,33 @@ async fn faults_of_machines_and_networks_at_random_lose_nothing_outside_their_wi
         rows.iter().map(|r| (r.seed, r.failure.as_ref())),
         "REAL_NEMESIS_SEEDS",
     );
+}
+
+#[test]
+fn fifty_seeds_draw_every_kind_of_fault() {
+    let mut kinds = std::collections::HashSet::new();
+    for seed in 1..=50 {
+        let schedule = Schedule::of(seed);
+        println!("seed {seed:>2}: {}", schedule.words());
+        for (_, fault) in &schedule.faults {
+            kinds.insert(std::mem::discriminant(fault));
+        }
+    }
+    let every = [
+        Fault::Cut(Target::Primary(0), Direction::Both, Duration::ZERO),
+        Fault::Congest(Target::Primary(0), Duration::ZERO),
+        Fault::Lose(Target::Primary(0), Duration::ZERO),
+        Fault::Drain(Target::Primary(0)),
+        Fault::Kill(Target::Primary(0)),
+        Fault::KillOperator,
+        Fault::PauseOperator(Duration::ZERO),
+        Fault::CutOperatorFrom(Target::Primary(0), Duration::ZERO),
+        Fault::CutOperatorFromApi(Duration::ZERO),
+    ];
+    for fault in every {
+        assert!(
+            kinds.contains(&std::mem::discriminant(&fault)),
+            "no seed of 1-50 draws {fault}"
+        );
+    }
 }
