@@ -7,7 +7,9 @@
 //!
 //! - **Pod start**: a new node planned (`join a new replica`) → its server answering (the
 //!   operator meets it into the cluster): scheduling, the container's start, the server's;
-//! - **join**: answering → `activate` (its full sync done, every primary listing it);
+//! - **join**: answering → `activate`, in two parts: **sync** (answering → the first pass
+//!   that waits only for every primary to list it: made a replica, its full sync done) and
+//!   **gossip** (that pass → `activate`: Valkey's gossip spreading the new replica);
 //! - **failover**: the shard's `fail over` (or a `switch ... over` that stands primaries apart
 //!   again) planned → the next step planned (the failover done);
 //! - **retire**: an old node's `retire` planned → the next step planned;
@@ -43,6 +45,8 @@ struct Event {
 struct Phases {
     pod_start: f64,
     join: f64,
+    /// The part of `join` until only gossip was waited for.
+    sync: f64,
     failover: f64,
     retire: f64,
     whole: f64,
@@ -104,6 +108,16 @@ fn is_failover(what: &str) -> bool {
     what.starts_with("fail over") || what.starts_with("switch shard")
 }
 
+/// The joiner of shard `shard` a pass waits for only because not every primary lists it yet
+/// (`wait: <node> is joining shard <shard>: not every primary lists it ...`).
+fn only_gossip_waited_for(what: &str, shard: u32) -> Option<&str> {
+    let rest = what.strip_prefix("wait: ")?;
+    let (node, blocker) = rest.split_once(&format!(" is joining shard {shard}: "))?;
+    blocker
+        .starts_with("not every primary lists it")
+        .then_some(node)
+}
+
 /// The phases of shard `shard`'s roll among `events`.
 fn phases_of(events: &[Event], shard: u32) -> Phases {
     let prefix = format!("{CLUSTER}-{shard}-");
@@ -115,7 +129,12 @@ fn phases_of(events: &[Event], shard: u32) -> Phases {
     let mut last: Option<f64> = None;
     let mut planned_join: Option<f64> = None;
     let mut met: BTreeMap<String, f64> = BTreeMap::new();
+    // When each joiner's passes began to wait only for gossip.
+    let mut gossip_since: BTreeMap<String, f64> = BTreeMap::new();
     for (index, event) in events.iter().enumerate() {
+        if let Some(joiner) = only_gossip_waited_for(&event.what, shard) {
+            gossip_since.entry(joiner.to_owned()).or_insert(event.at);
+        }
         if !of_shard(&event.what) || event.what.starts_with("wait:") {
             continue;
         }
@@ -133,6 +152,8 @@ fn phases_of(events: &[Event], shard: u32) -> Phases {
             let node = rest.split_whitespace().next().unwrap_or_default();
             if let Some(answered) = met.remove(node) {
                 phases.join += event.at - answered;
+                let synced = gossip_since.get(node).copied().unwrap_or(event.at);
+                phases.sync += synced.clamp(answered, event.at) - answered;
             }
         } else if is_failover(what) || what.starts_with("retire ") {
             let done = next_step_after(events, index).unwrap_or(event.at);
@@ -182,7 +203,9 @@ spec: {{configRef: standard, shards: {SHARDS}, replicasPerShard: 1}}
     product
         .primaries_apart(NAMESPACE, CLUSTER, SHARDS, "9.0.0", within)
         .await;
-    println!("roll phases | shard | Pod start | join | failover | retire | between | whole");
+    println!(
+        "roll phases | shard | Pod start | join (sync + gossip) | failover | retire | between | whole"
+    );
     let watch = ClusterWatch::start(&product, NAMESPACE, CLUSTER).await;
     let log_before = product.operator().log().len();
     let patched = Instant::now();
@@ -202,9 +225,12 @@ spec: {{configRef: standard, shards: {SHARDS}, replicasPerShard: 1}}
     for shard in 0..SHARDS {
         let p = phases_of(&events, shard);
         println!(
-            "roll phases | {shard} | {:.2} s | {:.2} s | {:.2} s | {:.2} s | {:.2} s | {:.2} s",
+            "roll phases | {shard} | {:.2} s | {:.2} s ({:.2} + {:.2}) | {:.2} s | {:.2} s | {:.2} s \
+             | {:.2} s",
             p.pod_start,
             p.join,
+            p.sync,
+            p.join - p.sync,
             p.failover,
             p.retire,
             p.between(),
