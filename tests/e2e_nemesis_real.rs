@@ -461,12 +461,16 @@ impl Run<'_> {
                 self.held(cut.map(Held::OperatorCut))
             }
             Fault::CutOperatorFromApi(_) => {
-                let server = self.product.plane.server_url();
-                let server = server.trim_start_matches("https://");
-                let (address, port) = server.rsplit_once(':')?;
+                let (address, port) = match self.product.api_server_endpoint() {
+                    Ok(endpoint) => endpoint,
+                    Err(error) => {
+                        self.broken.get_or_insert(error);
+                        return None;
+                    }
+                };
                 let to = [Destination {
-                    network: address,
-                    tcp_port: port.parse().ok(),
+                    network: &address,
+                    tcp_port: Some(port),
                 }];
                 let cut = self.product.operator().cut_from(&to);
                 self.held(cut.map(Held::OperatorCut))

@@ -13,7 +13,7 @@
 //!
 //! With `min-replicas-to-write 1` and `min-replicas-max-lag 1` in the config (the second test),
 //! the cut primary refuses writes (`NOREPLICAS`) once its replica's last acknowledgement (sent
-//! every second) is 1 s old in Valkey's whole seconds, and the window narrows to that (2.5 s
+//! every second) is 1 s old in Valkey's whole seconds, and the window narrows to that (3 s
 //! allowed); a client that keeps asking it (redis-py's cluster client takes `NOREPLICAS` for an
 //! answer, not for a moved slot) waits until the cut heals, and writes must come back within
 //! 10 s of it (`repl-timeout 10` drops the links the cut left dead). Each test prints when the
@@ -167,9 +167,9 @@ async fn min_replicas_to_write_narrows_what_a_cut_off_primary_can_lose() {
     // 60 s, links the cut left dead refused writes for up to that long after the heal.
     let bounded = r#"{save: "", min-replicas-to-write: "1", min-replicas-max-lag: "1",
         repl-timeout: "10", repl-ping-replica-period: "1"}"#;
-    // Valkey counts the lag in whole seconds once a second: a replica last heard just before
-    // the cut still counts for up to 2 s.
-    let (cut_for, may_lose) = (Duration::from_secs(30), Duration::from_millis(2500));
+    // Valkey counts the lag in whole seconds and refreshes its count of good replicas once a
+    // second: a replica last heard just before the cut may still count for up to 3 s.
+    let (cut_for, may_lose) = (Duration::from_secs(30), Duration::from_secs(3));
     cut_a_lone_primarys_node(bounded, cut_for, may_lose).await;
 }
 
@@ -294,13 +294,12 @@ async fn the_operator_cut_off_from_its_api_server_heals_a_killed_primary_once_ba
     let (product, shard, _) = cluster_on_three_nodes(r#"{save: ""}"#).await;
     let watch = ClusterWatch::start(&product, NAMESPACE, "orders").await;
     // Where the operator reaches it (on real nodes, an address the kubelets reach too).
-    let server = product.plane.server_url().trim_start_matches("https://");
-    let (address, port) = server.rsplit_once(':').unwrap();
+    let (address, port) = product.api_server_endpoint().unwrap();
     let cut = product
         .operator()
         .cut_from(&[Destination {
-            network: address,
-            tcp_port: Some(port.parse().unwrap()),
+            network: &address,
+            tcp_port: Some(port),
         }])
         .unwrap();
     let cut_at = Instant::now();

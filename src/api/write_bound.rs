@@ -22,21 +22,34 @@ const DEFAULT_MAX_LAG: u64 = 10;
 const DEFAULT_REPL_TIMEOUT: u64 = 60;
 const DEFAULT_PING_PERIOD: u64 = 10;
 
-/// A setting as Valkey would run it: the config's value when it is a whole number, else
-/// Valkey's default (a value Valkey refuses fails at `CONFIG SET`, not here).
-fn seconds(settings: &BTreeMap<String, String>, name: &str, default: u64) -> u64 {
-    settings
-        .get(name)
+/// A setting as Valkey would run it, by its name or its older alias: the config's value when
+/// it is a whole number, else Valkey's default (a value Valkey refuses fails at `CONFIG SET`,
+/// not here).
+fn seconds(settings: &BTreeMap<String, String>, names: [&str; 2], default: u64) -> u64 {
+    (names.iter())
+        .find_map(|name| settings.get(*name))
         .and_then(|value| value.trim().parse().ok())
         .unwrap_or(default)
 }
 
 /// Warnings for settings that make the bound, or the replication link, misbehave.
 pub fn advice(settings: &BTreeMap<String, String>) -> Vec<String> {
-    let replicas = seconds(settings, "min-replicas-to-write", 0);
-    let max_lag = seconds(settings, "min-replicas-max-lag", DEFAULT_MAX_LAG);
-    let timeout = seconds(settings, "repl-timeout", DEFAULT_REPL_TIMEOUT);
-    let ping = seconds(settings, "repl-ping-replica-period", DEFAULT_PING_PERIOD);
+    let replicas = seconds(
+        settings,
+        ["min-replicas-to-write", "min-slaves-to-write"],
+        0,
+    );
+    let max_lag = seconds(
+        settings,
+        ["min-replicas-max-lag", "min-slaves-max-lag"],
+        DEFAULT_MAX_LAG,
+    );
+    let timeout = seconds(settings, ["repl-timeout"; 2], DEFAULT_REPL_TIMEOUT);
+    let ping = seconds(
+        settings,
+        ["repl-ping-replica-period", "repl-ping-slave-period"],
+        DEFAULT_PING_PERIOD,
+    );
     let mut advice = Vec::new();
     if replicas > 0 && max_lag > 0 && timeout > LINK_TIMEOUT_ADVISED {
         advice.push(format!(
@@ -87,6 +100,21 @@ mod tests {
             ("repl-ping-replica-period", "1"),
         ]);
         assert!(advice(&bound).is_empty());
+    }
+
+    #[test]
+    fn valkeys_older_names_count_too() {
+        let bound = settings(&[
+            ("min-slaves-to-write", "1"),
+            ("repl-ping-slave-period", "1"),
+        ]);
+        assert_eq!(advice(&bound).len(), 1, "{:?}", advice(&bound));
+        let tuned = settings(&[
+            ("min-slaves-to-write", "1"),
+            ("repl-timeout", "10"),
+            ("repl-ping-slave-period", "1"),
+        ]);
+        assert!(advice(&tuned).is_empty(), "{:?}", advice(&tuned));
     }
 
     #[test]

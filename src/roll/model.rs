@@ -159,7 +159,9 @@ pub struct ObservedNode {
     /// caller owns the clock). The planner then stops and reports it instead of moving on.
     pub join_overdue: bool,
     /// Whether the node answered just now. An unreachable node is treated as dead: it does not
-    /// count towards its shard, is replaced, and is then retired.
+    /// count towards its shard, is replaced, and is then retired; unless every node that
+    /// answers sees it up ([`Self::alive_to_peers`]): then only the operator's path to it is
+    /// cut.
     pub reachable: bool,
     pub role: Role,
     /// For a reachable replica, its replication state; `None` for primaries.
@@ -209,7 +211,8 @@ pub struct ObservedNode {
     /// It does not answer the operator, but every answering node that lists it sees it up (no
     /// failure flag, its link connected), a primary owning slots among them: the operator's own
     /// path to it is cut, not the node. Such a primary is never taken over (rule 1): Valkey's
-    /// failure detection, which sees it, is the judge.
+    /// failure detection, which sees it, is the judge; such a replica is not replaced (rules 4
+    /// and 9).
     pub alive_to_peers: bool,
     /// Someone asked for it to go (its ValkeyNode was deleted by hand): it counts as outdated,
     /// so it is replaced before it is retired, and as a primary it hands its shard over first.

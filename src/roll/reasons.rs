@@ -111,8 +111,8 @@ pub enum WaitReason {
         shard: u32,
     },
     /// A replica does not answer the operator, but every node that answers sees it up: the
-    /// operator's own path to it is cut, and it is not replaced (a replacement costs a full
-    /// sync, and the operator could not retire the one it cannot reach cleanly).
+    /// operator's own path to it is cut, and it is not replaced (a replacement would cost a
+    /// full sync for a copy that still serves).
     ReplicaCutOff {
         node: String,
         shard: u32,

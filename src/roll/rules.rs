@@ -39,8 +39,8 @@
 //! 9. Replicas, one shard at a time (a shard already being rolled goes first), replacing before
 //!    retiring, exactly as the upgrade guide describes (first, a second primary of a shard that
 //!    owns no slots beside one that owns them is retired; two that own slots stall; a replica
-//!    only the operator cannot reach, every answering node seeing it up, is waited for, not
-//!    replaced):
+//!    only the operator cannot reach, every answering node seeing it up, counts towards the
+//!    target and is not retired as dead: rules 4 and 9 do not replace it):
 //!    join an up-to-date replica while the shard is at or below its target and something is
 //!    outdated (or it is below target); retire the dead, then outdated replicas, only while
 //!    the shard stays at or above target; if the primary is outdated, one clean failover per
@@ -57,6 +57,9 @@
 //!     shard a person switched over while that request stands, nor for one whose primary
 //!     stands where this revision's roll failed it over to (the roll's failover was its one
 //!     failover for that change), nor when turned off.
+//! 13. With nothing else to do, a replica only the operator cannot reach (every node that
+//!     answers sees it up) is waited for: the cluster says so instead of calling itself
+//!     converged.
 //!
 //! Every planned handover (rules 8, 9 and 12) goes to the synced replica that leaves the
 //! primaries least crowded, then to the most caught-up; a takeover of a dead primary (rule 1) to
@@ -99,7 +102,20 @@ pub fn plan(desired: &DesiredShape, nodes: &[ObservedNode], memory: &RollMemory)
         .or_else(|| slot_balance(&view))
         .or_else(|| removed_shards(&view))
         .or_else(|| spread_primaries(&view, memory))
+        .or_else(|| replicas_out_of_reach(&view))
         .unwrap_or(Step::Converged)
+}
+
+/// Rule 13: with nothing else to do, a replica only the operator cannot reach keeps the
+/// cluster from calling itself converged; it waits, and says why.
+fn replicas_out_of_reach(view: &View) -> Option<Step> {
+    let node = (view.shards().into_iter()).find_map(|shard| view.replicas_cut_off(shard).pop())?;
+    Some(Step::Wait {
+        reason: WaitReason::ReplicaCutOff {
+            node: node.name.clone(),
+            shard: node.shard,
+        },
+    })
 }
 
 struct View<'a> {
@@ -140,16 +156,20 @@ impl<'a> View<'a> {
             .collect()
     }
 
-    /// A replica of the shard only the operator cannot reach: its server has not stopped, and
-    /// every node that answers sees it up (rules 4 and 9 do not replace it).
-    fn replica_cut_off(&self, shard: u32) -> Option<&'a ObservedNode> {
-        self.in_shard(shard).find(|n| {
-            !n.reachable
-                && !n.terminated
-                && n.alive_to_peers
-                && n.role == Role::Replica
-                && n.lifecycle == Lifecycle::Active
-        })
+    /// Active replicas of the shard only the operator cannot reach: the server has not
+    /// stopped, and every node that answers sees it up. Rules 4 and 9 count them towards the
+    /// target and do not retire them; once nothing else is to be done, the cluster waits for
+    /// them (rule 13) rather than calling itself converged.
+    fn replicas_cut_off(&self, shard: u32) -> Vec<&'a ObservedNode> {
+        (self.in_shard(shard))
+            .filter(|n| {
+                !n.reachable
+                    && !n.terminated
+                    && n.alive_to_peers
+                    && n.role == Role::Replica
+                    && n.lifecycle == Lifecycle::Active
+            })
+            .collect()
     }
 
     /// Live, active replicas of a shard that are not leaving themselves: the ones a primary's
@@ -333,7 +353,7 @@ fn short_shard(view: &View) -> Option<Step> {
         let joining = view
             .in_shard(shard)
             .any(|n| n.lifecycle == Lifecycle::Joining);
-        let short = view.replicas(shard).len() < target && view.replica_cut_off(shard).is_none();
+        let short = view.replicas(shard).len() + view.replicas_cut_off(shard).len() < target;
         (!joining && short).then(|| Step::JoinReplica {
             shard,
             primary: primary.name.clone(),
@@ -671,16 +691,11 @@ fn shard_step(view: &View, memory: &RollMemory, shard: u32) -> Option<Step> {
             },
         });
     }
-    if let Some(cut_off) = view.replica_cut_off(shard) {
-        return Some(Step::Wait {
-            reason: WaitReason::ReplicaCutOff {
-                node: cut_off.name.clone(),
-                shard,
-            },
-        });
-    }
     let target = desired.replicas_per_shard as usize;
     let replicas = view.replicas(shard);
+    // A replica only the operator cannot reach still serves its shard: it counts towards the
+    // target and is not retired as dead.
+    let cut_off = view.replicas_cut_off(shard);
     let join = || Step::JoinReplica {
         shard,
         primary: primary.name.clone(),
@@ -690,10 +705,12 @@ fn shard_step(view: &View, memory: &RollMemory, shard: u32) -> Option<Step> {
         node: node.name.clone(),
         reason: reason.to_owned(),
     };
-    if replicas.len() < target {
+    if replicas.len() + cut_off.len() < target {
         return Some(join());
     }
-    if let Some(dead) = view.in_shard(shard).find(|n| !n.reachable) {
+    if let Some(dead) =
+        (view.in_shard(shard)).find(|n| !n.reachable && !cut_off.iter().any(|c| c.name == n.name))
+    {
         return Some(retire(dead, "unreachable, and its replacement has joined"));
     }
     let mut outdated: Vec<&ObservedNode> = replicas

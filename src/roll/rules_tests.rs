@@ -401,13 +401,56 @@ fn a_replica_silent_only_to_the_operator_is_not_replaced() {
             primary: "p0".into(),
         }
     );
-    // A server that stopped for good is lost whatever its peers last saw.
+    // A server that stopped for good is lost whatever its peers last saw: it goes (rule 2).
     nodes[1].alive_to_peers = true;
     nodes[1].terminated = true;
-    assert!(!matches!(
+    let step = plan(&desired, &nodes, &memory);
+    assert!(
+        matches!(&step, Step::RetireNode { node, .. } if node == "r0"),
+        "{step}"
+    );
+}
+
+#[test]
+fn a_replica_cut_off_from_the_operator_holds_up_no_other_shard_nor_a_dead_replica() {
+    // Two shards of two replicas each. Shard 0's r0a is cut off from the operator only;
+    // its r0b died (its peers see it down).
+    let mut nodes = vec![
+        primary("p0", 0, vec![SlotRange::new(0, 8191)]),
+        replica("r0a", 0),
+        replica("r0b", 0),
+        primary("p1", 1, vec![SlotRange::new(8192, 16383)]),
+        replica("r1a", 1),
+        replica("r1b", 1),
+    ];
+    nodes[1].reachable = false;
+    nodes[1].alive_to_peers = true;
+    nodes[2].reachable = false;
+    let memory = RollMemory::default();
+    // The dead one is replaced: r0a counts towards the target of 2, r0b does not.
+    let desired = shape(2, 2, OLD);
+    assert_eq!(
         plan(&desired, &nodes, &memory),
-        Step::Wait { .. }
-    ));
+        Step::JoinReplica {
+            shard: 0,
+            primary: "p0".into(),
+        }
+    );
+    // Once shard 0 has nothing to do but wait for r0a, shard 1 still scales down.
+    nodes.remove(2);
+    let desired = shape(2, 1, OLD);
+    let step = plan(&desired, &nodes, &memory);
+    assert!(matches!(&step, Step::RetireNode { shard: 1, .. }), "{step}");
+    // And with nothing left to do, the cluster waits for r0a instead of calling itself
+    // converged.
+    nodes.remove(4);
+    assert_eq!(
+        wait(plan(&desired, &nodes, &memory)),
+        WaitReason::ReplicaCutOff {
+            node: "r0a".into(),
+            shard: 0,
+        }
+    );
 }
 
 #[test]

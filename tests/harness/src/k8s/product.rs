@@ -574,6 +574,18 @@ impl Product {
         None
     }
 
+    /// The address and port the operator reaches its API server at (with real nodes, an
+    /// address the kubelets reach too), from the server's URL.
+    pub fn api_server_endpoint(&self) -> Result<(String, u16), String> {
+        let url = self.plane.server_url();
+        let endpoint = url.trim_start_matches("https://");
+        let (address, port) = (endpoint.rsplit_once(':'))
+            .ok_or_else(|| format!("the API server's URL {url} names no port"))?;
+        let port = (port.parse())
+            .map_err(|error| format!("the API server's URL {url}: port {port:?}: {error}"))?;
+        Ok((address.to_owned(), port))
+    }
+
     /// The Kubernetes Node a Pod runs on (empty before it is scheduled).
     pub fn host_of(&self, namespace: &str, pod: &str) -> String {
         let pod = get_json(

@@ -148,13 +148,22 @@ impl Router {
     }
 }
 
-/// The errors a writer met, each stretch of one same error (from one address) once, with
-/// when it began: what a long write gap was made of.
+/// The errors a writer met, each stretch of one same error (from one address) between two
+/// acknowledged writes once: what a long write gap was made of.
 #[derive(Default)]
 pub struct Refusals {
-    pub stretches: Vec<(Instant, String)>,
-    /// The latest stretch's error, readable while the writer runs.
+    pub stretches: Vec<Stretch>,
+    /// The open stretch's error (none once a write went through), readable while the writer
+    /// runs.
     last: Arc<Mutex<Option<String>>>,
+}
+
+/// One error met again and again, from `began` until a write went through (`ended`) or another
+/// error came.
+pub struct Stretch {
+    pub began: Instant,
+    pub ended: Option<Instant>,
+    pub what: String,
 }
 
 impl Refusals {
@@ -163,25 +172,44 @@ impl Refusals {
 
     fn note(&mut self, addr: &str, error: &redis::RedisError) {
         let what = format!("{addr}: {}", error.code().unwrap_or(error.category()));
-        let same = self.stretches.last().is_some_and(|(_, last)| *last == what);
-        if same {
-            return;
+        let now = Instant::now();
+        match self.stretches.last_mut() {
+            Some(open) if open.ended.is_none() && open.what == what => return,
+            Some(open) => {
+                open.ended.get_or_insert(now);
+            }
+            None => {}
         }
         if let Ok(mut last) = self.last.lock() {
             *last = Some(what.clone());
         }
         if self.stretches.len() < Self::MOST {
-            self.stretches.push((Instant::now(), what));
+            let ended = None;
+            self.stretches.push(Stretch {
+                began: now,
+                ended,
+                what,
+            });
         }
     }
 
-    /// The stretches that began within `[from, to]`, as "+1.23 s addr: ERROR" from `origin`.
+    /// A write went through: the open stretch, if any, ends.
+    fn written(&mut self) {
+        if let Some(open) = self.stretches.last_mut() {
+            open.ended.get_or_insert_with(Instant::now);
+        }
+        if let Ok(mut last) = self.last.lock() {
+            *last = None;
+        }
+    }
+
+    /// The stretches that overlap `[from, to]`, as "+1.23 s addr: ERROR" from `origin`.
     pub fn between(&self, origin: Instant, from: Instant, to: Instant) -> Vec<String> {
         (self.stretches.iter())
-            .filter(|(at, _)| *at >= from && *at <= to)
-            .map(|(at, what)| {
-                let offset = at.saturating_duration_since(origin).as_secs_f64();
-                format!("+{offset:.2} s {what}")
+            .filter(|s| s.began <= to && s.ended.is_none_or(|ended| ended >= from))
+            .map(|s| {
+                let offset = s.began.saturating_duration_since(origin).as_secs_f64();
+                format!("+{offset:.2} s {}", s.what)
             })
             .collect()
     }
@@ -252,6 +280,7 @@ impl Writer {
                 {
                     log.acked += 1;
                     log.ack_times.push(Instant::now());
+                    log.refusals.written();
                     counter.store(log.acked, Ordering::Relaxed);
                 }
             }

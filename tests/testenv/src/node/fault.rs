@@ -214,7 +214,11 @@ impl ProcessCut {
     /// Cuts the processes of `cgroup` (a path under the cgroup v2 root, as
     /// [`process_cgroup`] gives it) off from `destinations` until dropped.
     pub fn start(cgroup: &str, destinations: &[Destination<'_>]) -> Result<Self, Error> {
-        let chain = format!("VO-PCUT-{}", cgroup.replace(['/', '.'], "-"));
+        // A chain of its own per cut: two cuts of one process that overlap must not end
+        // each other.
+        static CUTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let number = CUTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 1000;
+        let chain = format!("VO-PCUT{number}-{}", cgroup.replace(['/', '.'], "-"));
         let chain = chain.chars().take(28).collect::<String>();
         remove(&chain);
         let cut = Self { chain };
