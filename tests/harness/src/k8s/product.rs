@@ -1034,6 +1034,12 @@ impl WatchReport {
             "{} shard {shard} (slot {slot}): primary changes",
             self.cluster
         );
+        self.assert_kept_replicas(shard, shards, replicas);
+    }
+
+    /// Shard `shard` of `shards` never had fewer than `replicas` replicas, seen from outside.
+    pub fn assert_kept_replicas(&self, shard: u16, shards: u16, replicas: usize) {
+        let slot = bootstrap_range(u32::from(shard), u32::from(shards)).start;
         let (fewest, at) = fewest_replicas_at(&self.samples, slot);
         assert!(
             fewest >= replicas,
