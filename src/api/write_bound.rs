@@ -25,7 +25,7 @@ const DEFAULT_PING_PERIOD: u64 = 10;
 /// A setting as Valkey would run it, by its name or its older alias: the config's value when
 /// it is a whole number, else Valkey's default (a value Valkey refuses fails at `CONFIG SET`,
 /// not here).
-fn seconds(settings: &BTreeMap<String, String>, names: [&str; 2], default: u64) -> u64 {
+fn seconds(settings: &BTreeMap<String, String>, names: &[&str], default: u64) -> u64 {
     (names.iter())
         .find_map(|name| settings.get(*name))
         .and_then(|value| value.trim().parse().ok())
@@ -36,18 +36,18 @@ fn seconds(settings: &BTreeMap<String, String>, names: [&str; 2], default: u64) 
 pub fn advice(settings: &BTreeMap<String, String>) -> Vec<String> {
     let replicas = seconds(
         settings,
-        ["min-replicas-to-write", "min-slaves-to-write"],
+        &["min-replicas-to-write", "min-slaves-to-write"],
         0,
     );
     let max_lag = seconds(
         settings,
-        ["min-replicas-max-lag", "min-slaves-max-lag"],
+        &["min-replicas-max-lag", "min-slaves-max-lag"],
         DEFAULT_MAX_LAG,
     );
-    let timeout = seconds(settings, ["repl-timeout"; 2], DEFAULT_REPL_TIMEOUT);
+    let timeout = seconds(settings, &["repl-timeout"], DEFAULT_REPL_TIMEOUT);
     let ping = seconds(
         settings,
-        ["repl-ping-replica-period", "repl-ping-slave-period"],
+        &["repl-ping-replica-period", "repl-ping-slave-period"],
         DEFAULT_PING_PERIOD,
     );
     let mut advice = Vec::new();

@@ -234,6 +234,12 @@ pub struct UnfinishedMove {
 }
 
 impl ObservedNode {
+    /// Only the operator's path to it is cut: it does not answer the operator, its server has
+    /// not stopped, and every node that answers sees it up ([`Self::alive_to_peers`]).
+    pub fn cut_off_from_operator_only(&self) -> bool {
+        !self.reachable && !self.terminated && self.alive_to_peers
+    }
+
     /// An active node that answered and has nothing unusual about it: on `revision`, seeing
     /// every slot served, owning none yet; as a replica, caught up with its primary at offset 0.
     /// What a test (or a simulation) starts from, changing what it is about.

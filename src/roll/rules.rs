@@ -109,13 +109,20 @@ pub fn plan(desired: &DesiredShape, nodes: &[ObservedNode], memory: &RollMemory)
 /// Rule 13: with nothing else to do, a replica only the operator cannot reach keeps the
 /// cluster from calling itself converged; it waits, and says why.
 fn replicas_out_of_reach(view: &View) -> Option<Step> {
-    let node = (view.shards().into_iter()).find_map(|shard| view.replicas_cut_off(shard).pop())?;
+    let node = (view.nodes.iter()).find(|n| is_replica_cut_off(n))?;
     Some(Step::Wait {
         reason: WaitReason::ReplicaCutOff {
             node: node.name.clone(),
             shard: node.shard,
         },
     })
+}
+
+/// An active replica only the operator cannot reach (see [`View::cut_off_replica_count`]).
+fn is_replica_cut_off(node: &ObservedNode) -> bool {
+    node.cut_off_from_operator_only()
+        && node.role == Role::Replica
+        && node.lifecycle == Lifecycle::Active
 }
 
 struct View<'a> {
@@ -156,20 +163,14 @@ impl<'a> View<'a> {
             .collect()
     }
 
-    /// Active replicas of the shard only the operator cannot reach: the server has not
+    /// How many active replicas of the shard only the operator cannot reach: the server has not
     /// stopped, and every node that answers sees it up. Rules 4 and 9 count them towards the
     /// target and do not retire them; once nothing else is to be done, the cluster waits for
     /// them (rule 13) rather than calling itself converged.
-    fn replicas_cut_off(&self, shard: u32) -> Vec<&'a ObservedNode> {
+    fn cut_off_replica_count(&self, shard: u32) -> usize {
         (self.in_shard(shard))
-            .filter(|n| {
-                !n.reachable
-                    && !n.terminated
-                    && n.alive_to_peers
-                    && n.role == Role::Replica
-                    && n.lifecycle == Lifecycle::Active
-            })
-            .collect()
+            .filter(|n| is_replica_cut_off(n))
+            .count()
     }
 
     /// Live, active replicas of a shard that are not leaving themselves: the ones a primary's
@@ -353,7 +354,7 @@ fn short_shard(view: &View) -> Option<Step> {
         let joining = view
             .in_shard(shard)
             .any(|n| n.lifecycle == Lifecycle::Joining);
-        let short = view.replicas(shard).len() + view.replicas_cut_off(shard).len() < target;
+        let short = view.replicas(shard).len() + view.cut_off_replica_count(shard) < target;
         (!joining && short).then(|| Step::JoinReplica {
             shard,
             primary: primary.name.clone(),
@@ -446,7 +447,7 @@ fn dead_primaries(view: &View) -> Option<Step> {
                 reason: StallReason::DeadPrimaryWithoutReplica { node, shard, slots },
             },
         }
-    } else if !dead.terminated && dead.alive_to_peers {
+    } else if dead.cut_off_from_operator_only() {
         Step::Wait {
             reason: WaitReason::OperatorCutOff { node, shard },
         }
@@ -695,7 +696,7 @@ fn shard_step(view: &View, memory: &RollMemory, shard: u32) -> Option<Step> {
     let replicas = view.replicas(shard);
     // A replica only the operator cannot reach still serves its shard: it counts towards the
     // target and is not retired as dead.
-    let cut_off = view.replicas_cut_off(shard);
+    let cut_off = view.cut_off_replica_count(shard);
     let join = || Step::JoinReplica {
         shard,
         primary: primary.name.clone(),
@@ -705,12 +706,10 @@ fn shard_step(view: &View, memory: &RollMemory, shard: u32) -> Option<Step> {
         node: node.name.clone(),
         reason: reason.to_owned(),
     };
-    if replicas.len() + cut_off.len() < target {
+    if replicas.len() + cut_off < target {
         return Some(join());
     }
-    if let Some(dead) =
-        (view.in_shard(shard)).find(|n| !n.reachable && !cut_off.iter().any(|c| c.name == n.name))
-    {
+    if let Some(dead) = (view.in_shard(shard)).find(|n| !n.reachable && !is_replica_cut_off(n)) {
         return Some(retire(dead, "unreachable, and its replacement has joined"));
     }
     let mut outdated: Vec<&ObservedNode> = replicas

@@ -378,7 +378,7 @@ fn a_primary_silent_for_long_is_taken_over_by_its_most_caught_up_replica() {
 #[test]
 fn a_replica_silent_only_to_the_operator_is_not_replaced() {
     // r0 does not answer the operator, but every node that answers sees it up: replacing it
-    // would cost a full sync, and the operator could not retire the one it cannot reach.
+    // would cost a full sync for a copy that still serves.
     let mut nodes = one_shard();
     nodes[1].reachable = false;
     nodes[1].hung = true;
